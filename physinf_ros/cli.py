@@ -1,0 +1,76 @@
+"""Command-line tools that need no ROS: physinf-generate."""
+
+import argparse
+import json
+import sys
+
+from .engine import BACKENDS, EMBEDDED, EngineError, load, Sampling
+
+
+def _log(message: str) -> None:
+    print(f'[physinf] {message}', file=sys.stderr, flush=True)
+
+
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    """--model/--backend/--device/--dtype/--max-context, shared by the CLIs."""
+    parser.add_argument('--model', default=EMBEDDED,
+                        help='embedded, a .gguf file, a model directory or a hub id ORG/NAME')
+    parser.add_argument('--backend', default='auto', choices=BACKENDS)
+    parser.add_argument('--device', default='auto', help='auto, cpu, cuda or cuda:N')
+    parser.add_argument('--dtype', default='auto', help='auto, float32, bfloat16 or float16')
+    parser.add_argument('--max-context', type=int, default=2048,
+                        help='KV cache size in tokens (prompt + reply)')
+
+
+def generate_main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog='physinf-generate', description='Stream one reply to stdout as it is decoded.')
+    parser.add_argument('--prompt', required=True, help='the user turn to answer')
+    add_model_args(parser)
+    parser.add_argument('--max-new-tokens', type=int, default=256)
+    choice = parser.add_mutually_exclusive_group()
+    choice.add_argument('--greedy', action='store_true', help='argmax decoding (the default)')
+    choice.add_argument('--temperature', type=float, default=0.0,
+                        help='sample at this temperature (> 0)')
+    parser.add_argument('--top-p', type=float, default=1.0, help='nucleus mass when sampling')
+    parser.add_argument('--seed', type=int, default=None, help='sampling seed')
+    parser.add_argument('--no-chat-template', action='store_true',
+                        help='send the prompt as raw text, without the chat template')
+    parser.add_argument('--system-prompt', default='', help='system turn before the prompt')
+    parser.add_argument('--json', action='store_true',
+                        help='end with one JSON line: text, token_ids, step_ms, ttft_ms, ...')
+    args = parser.parse_args(argv)
+    if args.temperature < 0 or not 0 < args.top_p <= 1 or args.max_new_tokens < 1:
+        parser.error('need temperature >= 0, 0 < top-p <= 1 and max-new-tokens >= 1')
+
+    try:
+        engine = load(args.model, args.backend, args.device, args.dtype, args.max_context,
+                      log=_log)
+        info = engine.info
+        _log(f'{info.model}: backend {info.backend} on {info.device}, {info.dtype}, '
+             f'loaded in {engine.load_s:.1f} s' + (f' ({info.note})' if info.note else ''))
+        prompt_ids = engine.encode(args.prompt, not args.no_chat_template, args.system_prompt)
+        generation = engine.generate(prompt_ids, args.max_new_tokens,
+                                     Sampling(args.temperature, args.top_p, args.seed))
+        for piece in generation:
+            sys.stdout.write(piece.text)
+            sys.stdout.flush()
+    except EngineError as exc:
+        _log(f'error: {exc}')
+        return 2
+    sys.stdout.write('\n')
+    _log(f'{generation.finish_reason}: {len(generation.token_ids)} tokens, '
+         f'TTFT {generation.ttft_ms:.1f} ms, {generation.tokens_per_s:.1f} tokens/s')
+    if args.json:
+        print(json.dumps({
+            'text': generation.text, 'token_ids': generation.token_ids,
+            'step_ms': [round(x, 4) for x in generation.step_ms],
+            'ttft_ms': round(generation.ttft_ms, 4), 'finish_reason': generation.finish_reason,
+            'prompt_tokens': len(prompt_ids), 'tokens_per_s': round(generation.tokens_per_s, 3),
+            'backend': info.backend, 'device': info.device, 'dtype': info.dtype,
+            'model': info.model}))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(generate_main())

@@ -1,0 +1,76 @@
+"""
+The decoder node's parameters: names, defaults, ranges and checks, free of rclpy.
+
+The node turns this table into ROS parameter descriptors; tests read it to check that the launch
+file and config/decoder.yaml only name parameters that exist.
+"""
+
+from dataclasses import dataclass
+import re
+from typing import Any, Optional, Tuple
+
+from .engine import BACKENDS
+from .engine.device import DTYPES
+
+
+@dataclass(frozen=True)
+class Param:
+    """One node parameter; read_only ones take effect only at start."""
+
+    name: str
+    default: Any
+    description: str
+    read_only: bool = False
+    low: Optional[float] = None
+    high: Optional[float] = None
+    choices: Tuple[str, ...] = ()
+
+
+DECODER_PARAMS = (
+    Param('model', 'embedded',
+          'Model spec: "embedded" (SmolLM2-135M-Instruct), a .gguf file, a Hugging Face model '
+          'directory, or a hub id ORG/NAME from the local Hugging Face cache.', read_only=True),
+    Param('backend', 'auto', 'Decoding backend: ' + ', '.join(BACKENDS) + '.',
+          read_only=True, choices=BACKENDS),
+    Param('device', 'auto', 'auto (CUDA when present, else CPU), cpu, cuda or cuda:N.',
+          read_only=True),
+    Param('dtype', 'auto', 'auto (bfloat16 on CUDA, float32 on CPU), ' + ', '.join(DTYPES) + '.',
+          read_only=True, choices=('auto',) + tuple(DTYPES)),
+    Param('max_context', 2048, 'Tokens of prompt plus reply the KV cache holds.',
+          read_only=True, low=16, high=131072),
+    Param('max_new_tokens', 256, 'Longest reply in tokens; applies from the next request.',
+          low=1, high=32768),
+    Param('temperature', 0.0, 'Sampling temperature; 0 is greedy (deterministic).',
+          low=0.0, high=5.0),
+    Param('top_p', 1.0, 'Nucleus sampling mass kept when temperature > 0; 1 keeps all.',
+          low=0.01, high=1.0),
+    Param('seed', -1, 'Sampling seed per request; -1 draws a fresh one each time.',
+          low=-1, high=2**31 - 1),
+    Param('use_chat_template', True, "Wrap prompts in the model's chat template."),
+    Param('system_prompt', '',
+          'System turn put before each prompt (empty: the template default).'),
+    Param('queue_size', 8, 'Prompts that may wait while one is decoded; more are rejected.',
+          read_only=True, low=1, high=10000),
+)
+
+PARAMS_BY_NAME = {p.name: p for p in DECODER_PARAMS}
+_DEVICE = re.compile(r'^(auto|cpu|cuda(:\d+)?)$')
+
+
+def check(name: str, value: Any) -> Optional[str]:
+    """Why value is not acceptable for parameter name, or None when it is."""
+    param = PARAMS_BY_NAME.get(name)
+    if param is None:
+        return f'unknown parameter {name!r}'
+    if type(value) is not type(param.default):
+        return (f'{name} must be a {type(param.default).__name__}, '
+                f'got {type(value).__name__} {value!r}')
+    if param.choices and value not in param.choices:
+        return f'{name} must be one of {", ".join(param.choices)}; got {value!r}'
+    if param.low is not None and not param.low <= value <= param.high:
+        return f'{name} must be within [{param.low}, {param.high}]; got {value!r}'
+    if name == 'device' and not _DEVICE.match(value.strip().lower()):
+        return f'device must be auto, cpu, cuda or cuda:N; got {value!r}'
+    if name == 'model' and not value.strip():
+        return 'model must not be empty (use "embedded" for the built-in model)'
+    return None

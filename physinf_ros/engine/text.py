@@ -1,0 +1,54 @@
+"""Text in and out: chat-template prompts and streaming detokenisation."""
+
+from typing import List
+
+
+def encode_prompt(tokenizer, text: str, use_chat_template: bool = True,
+                  system_prompt: str = '') -> List[int]:
+    """Token ids for one user turn, wrapped in the model's chat template when asked."""
+    if use_chat_template and getattr(tokenizer, 'chat_template', None):
+        messages = [{'role': 'system', 'content': system_prompt}] if system_prompt else []
+        messages.append({'role': 'user', 'content': text})
+        rendered = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False)
+        # The template already holds the special tokens; adding them again would double BOS.
+        return tokenizer.encode(rendered, add_special_tokens=False)
+    if system_prompt:
+        text = f'{system_prompt}\n\n{text}'
+    return tokenizer.encode(text)
+
+
+class Detokenizer:
+    """
+    Turns a growing list of token ids into text pieces as soon as they are whole.
+
+    Pieces are decoded with a few tokens of left context, so that word-start spaces come out
+    right, and held back while they end in a partial UTF-8 character. The pieces, joined, are
+    exactly the reply.
+    """
+
+    def __init__(self, tokenizer):
+        self._tokenizer = tokenizer
+        self._ids: List[int] = []
+        self._prefix = 0   # start of the context window
+        self._read = 0     # end of what has been emitted
+
+    def _decode(self, ids: List[int]) -> str:
+        return self._tokenizer.decode(ids, skip_special_tokens=True)
+
+    def push(self, token_id: int) -> str:
+        """Add one token; return the new text it completes ('' while incomplete)."""
+        self._ids.append(token_id)
+        done = self._decode(self._ids[self._prefix:self._read])
+        text = self._decode(self._ids[self._prefix:])
+        if len(text) <= len(done) or text.endswith('\ufffd'):
+            return ''
+        self._prefix, self._read = self._read, len(self._ids)
+        return text[len(done):]
+
+    def flush(self) -> str:
+        """Whatever is still held back (a dangling partial character) at the end."""
+        done = self._decode(self._ids[self._prefix:self._read])
+        text = self._decode(self._ids[self._prefix:])
+        self._prefix = self._read = len(self._ids)
+        return text[len(done):] if len(text) > len(done) else ''

@@ -1,0 +1,119 @@
+"""
+prompt_client: send one prompt to a decoder node and print the reply as it streams.
+
+    ros2 run physinf_ros prompt_client --prompt "What is the capital of France?"
+
+Prints the tokens as they arrive, then the decoder's diagnostics. Exits 0 when the request
+finished, 1 when it was rejected, failed or timed out.
+"""
+
+import argparse
+import json
+import sys
+import time
+
+from diagnostic_msgs.msg import DiagnosticArray
+import rclpy
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from std_msgs.msg import String
+
+from .decoder_node import DIAGNOSTICS_QOS, EVENTS_QOS, TOKENS_QOS
+
+
+class PromptClient(Node):
+    """Publishes one prompt and follows its request through the decoder's topics."""
+
+    def __init__(self, decoder: str):
+        super().__init__('prompt_client')
+        self.decoder = decoder.rstrip('/')
+        self.sent = False
+        self.request_id = None
+        self.outcome = None
+        self.diagnostics = None
+        self._prompt_pub = self.create_publisher(String, f'{self.decoder}/prompt', 10)
+        self.create_subscription(String, f'{self.decoder}/tokens', self._on_token, TOKENS_QOS)
+        self.create_subscription(String, f'{self.decoder}/events', self._on_event, EVENTS_QOS)
+        self.create_subscription(DiagnosticArray, '/diagnostics', self._on_diagnostics,
+                                 DIAGNOSTICS_QOS)
+
+    def connected(self) -> bool:
+        """Tell whether the decoder listens for prompts and we hear its tokens and events."""
+        return (self._prompt_pub.get_subscription_count() > 0
+                and self.count_publishers(f'{self.decoder}/tokens') > 0
+                and self.count_publishers(f'{self.decoder}/events') > 0)
+
+    def send(self, text: str) -> None:
+        self._prompt_pub.publish(String(data=text))
+        self.sent = True
+
+    def _on_token(self, msg: String) -> None:
+        # Topics are not ordered against each other: a token may beat the 'accepted' event.
+        if self.sent and self.outcome is None:
+            sys.stdout.write(msg.data)
+            sys.stdout.flush()
+
+    def _on_event(self, msg: String) -> None:
+        event = json.loads(msg.data)
+        if self.request_id is None and event['event'] in ('accepted', 'rejected'):
+            self.request_id = event['id']
+        if event['id'] != self.request_id:
+            return
+        if event['event'] in ('finished', 'rejected', 'error'):
+            self.outcome = event
+
+    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            if status.name.startswith(self.decoder + ':'):
+                self.diagnostics = {kv.key: kv.value for kv in status.values}
+
+
+def _spin_until(node: Node, done, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        rclpy.spin_once(node, timeout_sec=0.05)
+    return True
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog='prompt_client', description=__doc__.split('\n')[0])
+    parser.add_argument('--prompt', default='What is the capital of France?')
+    parser.add_argument('--decoder', default='/decoder', help="decoder node's name")
+    parser.add_argument('--timeout', type=float, default=300.0, help='seconds to wait in all')
+    args = parser.parse_args(rclpy.utilities.remove_ros_args(argv or sys.argv)[1:])
+    rclpy.init(args=argv)
+    node = PromptClient(args.decoder)
+    code = 1
+    try:
+        if not _spin_until(node, node.connected, args.timeout):
+            node.get_logger().error(f'no decoder at {args.decoder} after {args.timeout:.0f} s: '
+                                    'is decoder_node running in this ROS domain?')
+            return code
+        node.send(args.prompt)
+        if not _spin_until(node, lambda: node.outcome is not None, args.timeout):
+            node.get_logger().error('no answer in time')
+            return code
+        sys.stdout.write('\n')
+        outcome = node.outcome
+        if outcome['event'] != 'finished':
+            node.get_logger().error(f'{outcome["event"]}: {outcome["reason"]}')
+            return code
+        code = 0
+        node.diagnostics = None
+        _spin_until(node, lambda: node.diagnostics is not None, 3.0)
+        print(f'finished ({outcome["reason"]}): {outcome["tokens"]} tokens, '
+              f'TTFT {outcome["ttft_ms"]:.1f} ms, {outcome["tokens_per_s"]:.1f} tokens/s')
+        for key, value in (node.diagnostics or {}).items():
+            print(f'  {key:>18}: {value}')
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return code
+
+
+if __name__ == '__main__':
+    sys.exit(main())

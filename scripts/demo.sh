@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Start decoder_node on the embedded model, send it one prompt with prompt_client, print the
+# streamed reply and the decoder's diagnostics, then stop the node with Ctrl-C (SIGINT).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+. .venv/bin/activate
+export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-$(( 100 + RANDOM % 100 ))}
+export ROS_AUTOMATIC_DISCOVERY_RANGE=${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}
+prompt=${PROMPT:-What is the capital of France?}
+
+decoder_node --ros-args -p model:="${MODEL:-embedded}" &
+node=$!
+trap 'kill -INT $node 2>/dev/null; wait $node 2>/dev/null || true' EXIT
+echo "[demo] prompt: $prompt"
+prompt_client --prompt "$prompt"

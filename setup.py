@@ -1,0 +1,31 @@
+from glob import glob
+
+from setuptools import find_packages, setup
+
+package_name = 'physinf_ros'
+
+setup(
+    name=package_name,
+    version='0.1.0',
+    packages=find_packages(exclude=['test']),
+    data_files=[
+        ('share/ament_index/resource_index/packages', ['resource/' + package_name]),
+        ('share/' + package_name, ['package.xml']),
+        ('share/' + package_name + '/launch', glob('launch/*.launch.py')),
+        ('share/' + package_name + '/config', glob('config/*.yaml')),
+    ],
+    install_requires=['setuptools'],
+    zip_safe=True,
+    maintainer='physinf_ros maintainers',
+    maintainer_email='maintainers@physinf-ros.example',
+    description='Batch-1 LLM decoding for robots, streamed on ROS 2 topics and measured.',
+    license='Apache-2.0',
+    extras_require={'test': ['pytest']},
+    entry_points={
+        'console_scripts': [
+            'decoder_node = physinf_ros.nodes.decoder_node:main',
+            'prompt_client = physinf_ros.nodes.prompt_client:main',
+            'physinf-generate = physinf_ros.cli:generate_main',
+        ],
+    },
+)

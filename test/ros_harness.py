@@ -1,0 +1,175 @@
+"""A decoder_node in its own process, and a test node that talks to it over real ROS 2."""
+
+import json
+from pathlib import Path
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from diagnostic_msgs.msg import DiagnosticArray
+from physinf_ros.nodes.decoder_node import (DIAGNOSTICS_QOS, EVENTS_QOS, LATENCY_QOS,
+                                            TOKENS_QOS)
+from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
+from rcl_interfaces.srv import SetParameters
+import rclpy
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from std_msgs.msg import Float64, String
+from std_srvs.srv import Trigger
+
+
+def installed_command(script, module):
+    """Find an installed console script (where ros2 run looks), else run its module."""
+    try:
+        from ament_index_python.packages import get_package_prefix
+        exe = Path(get_package_prefix('physinf_ros')) / 'lib' / 'physinf_ros' / script
+        if exe.is_file():
+            return [str(exe)]
+    except Exception:  # noqa: B902 - not in an ament prefix: fall back below
+        pass
+    found = shutil.which(script)
+    return [found] if found else [sys.executable, '-m', module]
+
+
+class DecoderProcess:
+    """decoder_node started with parameters in a private namespace; logs go to a file."""
+
+    def __init__(self, namespace, log_path, **params):
+        args = ['--ros-args', '-r', f'__ns:={namespace}']
+        for name, value in params.items():
+            args += ['-p', f'{name}:={json.dumps(value)}']
+        self.log_path = log_path
+        self._log = open(log_path, 'w')
+        command = installed_command('decoder_node', 'physinf_ros.nodes.decoder_node')
+        self.proc = subprocess.Popen(command + args, stdout=self._log, stderr=subprocess.STDOUT)
+
+    def log(self):
+        return Path(self.log_path).read_text()
+
+    def interrupt(self, timeout=10.0):
+        """Ctrl-C the node; returns (exit code, seconds it took to exit)."""
+        start = time.monotonic()
+        self.proc.send_signal(signal.SIGINT)
+        code = self.proc.wait(timeout=timeout)
+        self._log.close()
+        return code, time.monotonic() - start
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
+class Probe(Node):
+    """Records everything the decoder publishes, in arrival order."""
+
+    def __init__(self, namespace):
+        super().__init__('probe')
+        base = f'{namespace}/decoder'
+        self.base = base
+        self.lock = threading.Lock()
+        self.arrivals = []            # (topic, payload) in arrival order
+        self.prompt_pub = self.create_publisher(String, f'{base}/prompt', 100)
+        self.create_subscription(String, f'{base}/tokens',
+                                 lambda m: self._record('tokens', m.data), TOKENS_QOS)
+        self.create_subscription(String, f'{base}/response',
+                                 lambda m: self._record('response', m.data), 10)
+        self.create_subscription(Float64, f'{base}/step_latency',
+                                 lambda m: self._record('step_latency', m.data), LATENCY_QOS)
+        self.create_subscription(String, f'{base}/events',
+                                 lambda m: self._record('events', json.loads(m.data)),
+                                 EVENTS_QOS)
+        self.create_subscription(DiagnosticArray, '/diagnostics', self._on_diagnostics,
+                                 DIAGNOSTICS_QOS)
+        self.cancel_client = self.create_client(Trigger, f'{base}/cancel')
+        self.params_client = self.create_client(SetParameters, f'{base}/set_parameters')
+
+    def _record(self, topic, payload):
+        with self.lock:
+            self.arrivals.append((topic, payload))
+
+    def _on_diagnostics(self, msg):
+        for status in msg.status:
+            if status.name.startswith(self.base + ':'):
+                self._record('diagnostics', {kv.key: kv.value for kv in status.values})
+
+    def mark(self):
+        with self.lock:
+            return len(self.arrivals)
+
+    def since(self, mark, topic=None):
+        with self.lock:
+            items = self.arrivals[mark:]
+        return items if topic is None else [p for t, p in items if t == topic]
+
+    def events_for(self, request_id, mark=0):
+        return [e for e in self.since(mark, 'events') if e['id'] == request_id]
+
+
+class Harness:
+    """rclpy in this process, the probe spinning in a background thread."""
+
+    def __init__(self, namespace):
+        rclpy.init()
+        self.probe = Probe(namespace)
+        self.executor = SingleThreadedExecutor()
+        self.executor.add_node(self.probe)
+        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self.thread.start()
+
+    def wait_for(self, predicate, timeout, what):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            time.sleep(0.02)
+        raise AssertionError(f'timed out after {timeout:.0f} s waiting for {what}')
+
+    def wait_connected(self, timeout=120.0):
+        probe = self.probe
+        self.wait_for(lambda: probe.prompt_pub.get_subscription_count() > 0
+                      and probe.count_publishers(f'{probe.base}/events') > 0
+                      and probe.count_publishers(f'{probe.base}/tokens') > 0
+                      and probe.cancel_client.service_is_ready(), timeout, 'the decoder node')
+
+    def send(self, text):
+        """Publish a prompt; return the id the decoder gave it (from its first event)."""
+        mark = self.probe.mark()
+        self.probe.prompt_pub.publish(String(data=text))
+        first = self.wait_for(
+            lambda: next((e for e in self.probe.since(mark, 'events')
+                          if e['event'] in ('accepted', 'rejected')), None), 30, 'an event')
+        return first['id']
+
+    def wait_end(self, request_id, timeout=120.0):
+        """Wait for the finished, rejected or error event of a request."""
+        return self.wait_for(
+            lambda: next((e for e in self.probe.events_for(request_id)
+                          if e['event'] in ('finished', 'rejected', 'error')), None),
+            timeout, f'request {request_id} to end')
+
+    def call(self, client, request, timeout=10.0):
+        future = client.call_async(request)
+        self.wait_for(future.done, timeout, f'{client.srv_name}')
+        return future.result()
+
+    def set_parameter(self, name, value):
+        kinds = {bool: (ParameterType.PARAMETER_BOOL, 'bool_value'),
+                 int: (ParameterType.PARAMETER_INTEGER, 'integer_value'),
+                 float: (ParameterType.PARAMETER_DOUBLE, 'double_value'),
+                 str: (ParameterType.PARAMETER_STRING, 'string_value')}
+        kind, field_name = kinds[type(value)]
+        param_value = ParameterValue(type=kind, **{field_name: value})
+        result = self.call(self.probe.params_client, SetParameters.Request(
+            parameters=[Parameter(name=name, value=param_value)]))
+        return result.results[0]
+
+    def close(self):
+        self.executor.shutdown()
+        self.probe.destroy_node()
+        rclpy.try_shutdown()

@@ -1,0 +1,106 @@
+"""decoder_node as its own process, driven over real ROS 2 topics and services."""
+
+import os
+import time
+
+import pytest
+from ros_harness import DecoderProcess, Harness
+from std_srvs.srv import Trigger
+
+NAMESPACE = f'/it{os.getpid()}'
+
+
+@pytest.fixture(scope='module')
+def harness(tmp_path_factory):
+    log = tmp_path_factory.mktemp('decoder') / 'decoder.log'
+    node = DecoderProcess(NAMESPACE, log, max_new_tokens=48, max_context=1024, device='cpu')
+    harness = Harness(NAMESPACE)
+    try:
+        harness.wait_connected()
+    except AssertionError:
+        node.kill()
+        harness.close()
+        raise AssertionError('decoder_node did not come up; its log:\n' + node.log())
+    harness.node = node
+    yield harness
+    harness.close()
+    node.kill()
+
+
+def test_reply_streams_as_tokens_then_response(harness):
+    probe = harness.probe
+    mark = probe.mark()
+    request_id = harness.send('What is the capital of France?')
+    finished = harness.wait_end(request_id)
+    assert finished['event'] == 'finished' and finished['reason'] in ('eos', 'length')
+    harness.wait_for(lambda: probe.since(mark, 'response'), 10, 'the response')
+    time.sleep(0.5)  # let any straggling token land
+
+    arrivals = probe.since(mark)
+    topics = [topic for topic, _ in arrivals]
+    tokens = probe.since(mark, 'tokens')
+    response, = probe.since(mark, 'response')
+    assert 'Paris' in response
+    assert ''.join(tokens) == response
+    assert topics.index('tokens') < topics.index('response'), 'tokens must stream first'
+    assert len(probe.since(mark, 'step_latency')) == finished['steps'] > 0
+    assert all(ms > 0 for ms in probe.since(mark, 'step_latency'))
+    kinds = [e['event'] for e in probe.events_for(request_id, mark)]
+    assert kinds == ['accepted', 'started', 'finished']
+    assert all(e['reason'] for e in probe.events_for(request_id, mark))
+
+
+def test_diagnostics_come_from_the_decoder(harness):
+    mark = harness.probe.mark()
+    status = harness.wait_for(lambda: harness.probe.since(mark, 'diagnostics'), 5,
+                              'diagnostics')[-1]
+    assert status['backend'] == 'hf' and status['device'] == 'cpu'
+    assert status['model'].startswith('SmolLM2-135M')
+    assert float(status['step_ms_p50']) > 0 and float(status['tokens_per_s']) > 0
+
+
+def test_cancel_stops_a_long_request(harness):
+    probe = harness.probe
+    assert harness.set_parameter('max_new_tokens', 400).successful
+    try:
+        mark = probe.mark()
+        request_id = harness.send('Write a long story about a robot who learns to paint.')
+        harness.wait_for(lambda: len(probe.since(mark, 'tokens')) >= 3, 60, 'three tokens')
+        answer = harness.call(probe.cancel_client, Trigger.Request())
+        assert answer.success and str(request_id) in answer.message
+        finished = harness.wait_end(request_id, timeout=30)
+        assert finished['reason'] == 'cancelled'
+        assert finished['tokens'] < 400
+    finally:
+        assert harness.set_parameter('max_new_tokens', 48).successful
+
+
+def test_cancel_when_idle_says_so(harness):
+    answer = harness.call(harness.probe.cancel_client, Trigger.Request())
+    assert not answer.success and 'nothing to cancel' in answer.message
+
+
+def test_bad_input_is_rejected_and_the_node_keeps_serving(harness):
+    request_id = harness.send('   ')
+    rejected = harness.wait_end(request_id)
+    assert rejected['event'] == 'rejected' and 'empty prompt' in rejected['reason']
+    request_id = harness.send('Say hello.')
+    assert harness.wait_end(request_id)['event'] == 'finished'
+
+
+def test_invalid_parameter_is_refused_and_valid_one_applies(harness):
+    refused = harness.set_parameter('temperature', -1.0)
+    assert not refused.successful and 'temperature' in refused.reason
+    assert not harness.set_parameter('max_context', 4096).successful   # read-only at run time
+    assert harness.set_parameter('max_new_tokens', 3).successful
+    try:
+        finished = harness.wait_end(harness.send('Tell me a long story.'))
+        assert finished['reason'] == 'length' and finished['tokens'] == 3
+    finally:
+        assert harness.set_parameter('max_new_tokens', 48).successful
+
+
+def test_ctrl_c_exits_cleanly(harness):
+    code, seconds = harness.node.interrupt()
+    assert code == 0, harness.node.log()
+    assert seconds < 5.0
