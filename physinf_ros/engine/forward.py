@@ -5,7 +5,7 @@ from typing import Optional, Sequence
 import torch
 
 from .base import ContextFull, DecoderInfo, EngineError, Sampling
-from .sampling import make_generator, sample
+from .sampling import choose, make_generator
 
 
 class ForwardDecoder:
@@ -36,7 +36,7 @@ class ForwardDecoder:
 
     def _choose(self, logits: torch.Tensor) -> int:
         self._logits = logits
-        self._last_token = int(sample(logits, self._sampling, self._generator))
+        self._last_token = int(choose(logits, self._sampling, self._generator))
         return self._last_token
 
     @torch.inference_mode()

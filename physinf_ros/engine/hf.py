@@ -1,7 +1,10 @@
 """
-The reference backend: the transformers forward with its KV cache, one token per step.
+The reference backends: the transformers forward, one token per step.
 
-Every other backend is checked against this one on the same weights.
+`hf` uses a DynamicCache and launches every op from Python (what most robot stacks run);
+`hf-graphed` holds the keys and values in a StaticCache and replays the one-token forward from a
+captured CUDA graph (the best the stock transformers forward does). Every other backend is
+checked against `hf` on the same weights.
 """
 
 import inspect
@@ -10,15 +13,28 @@ import torch
 
 from .base import DecoderInfo
 from .forward import ForwardDecoder
+from .llama import ModelConfig, synthetic_state_dict
+from .models import ModelSource
 
 
-def load_hf_model(path, device: torch.device, dtype: torch.dtype):
-    """Load a transformers causal LM from a directory onto device, in eval mode."""
-    from transformers import AutoModelForCausalLM
+def load_hf_model(source: ModelSource, device: torch.device, dtype: torch.dtype):
+    """Load a transformers causal LM (or build a synthetic one) onto device, in eval mode."""
+    from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()  # a progress bar per load is noise in a node's log
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
-    return model.to(device).eval()
+    if source.hf_config is None:
+        model = AutoModelForCausalLM.from_pretrained(str(source.path), dtype=dtype)
+        return model.to(device).eval()
+    # Synthetic: the same random weights our own backends build from this spec.
+    config = dict(source.hf_config)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(
+            AutoConfig.for_model(config.pop('model_type'), **config), dtype=dtype)
+    state = synthetic_state_dict(ModelConfig.from_hf(source.hf_config), device, dtype)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or set(missing) - {'lm_head.weight'}:
+        raise RuntimeError(f'synthetic weights do not fit: missing {missing}, extra {unexpected}')
+    return model.eval()
 
 
 class HFDecoder(ForwardDecoder):
@@ -36,7 +52,49 @@ class HFDecoder(ForwardDecoder):
         from transformers import DynamicCache
         self._cache = DynamicCache(config=self.model.config)
 
-    def _forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
-        out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1,
-                         **{self._cache_arg: self._cache})
+    def _run(self, ids: torch.Tensor, positions: torch.Tensor = None) -> torch.Tensor:
+        out = self.model(input_ids=ids, cache_position=positions, use_cache=True,
+                         logits_to_keep=1, **{self._cache_arg: self._cache})
         return out.logits[0, -1].float()
+
+    def _forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        return self._run(ids)
+
+
+class HFGraphedDecoder(HFDecoder):
+    """transformers forward with a StaticCache; each decode step replays one CUDA graph."""
+
+    def __init__(self, model, info: DecoderInfo, device: torch.device):
+        super().__init__(model, info, device)
+        from transformers import StaticCache
+        self._cache = StaticCache(config=model.config, max_cache_len=info.max_context)
+        self._ids = torch.zeros(1, 1, dtype=torch.long, device=device)
+        self._positions = torch.zeros(1, dtype=torch.long, device=device)
+        self._graph = None
+        self._logits = None
+
+    def _reset_cache(self) -> None:
+        self._cache.reset()  # in place: the captured graph keeps pointing at the same tensors
+
+    def _forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        n = ids.shape[1]
+        positions = torch.arange(start, start + n, device=self.device)
+        if n > 1 or self.device.type != 'cuda':
+            return self._run(ids, positions)
+        self._ids.copy_(ids)
+        self._positions.copy_(positions)
+        if self._graph is None:
+            self._capture()
+        self._graph.replay()
+        return self._logits.clone()
+
+    def _capture(self) -> None:
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # same inputs, same cache slot: warm-up writes what the step will
+                self._run(self._ids, self._positions)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        self._graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self._graph):
+            self._logits = self._run(self._ids, self._positions)

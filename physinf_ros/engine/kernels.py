@@ -1,0 +1,309 @@
+"""
+Triton kernels for the batch-1 decode step: the CUDA twins of ops_torch.py.
+
+Batch-1 decode reads every weight once per token, so each kernel is a matrix-vector product
+that must stream its weights at full bandwidth, with the small work around it fused in so the
+step has few launches:
+  rms_matvec        RMSNorm prologue + GEMV (+ bias): QKV and the lm_head
+  rms_gate_up_silu  RMSNorm prologue + gate and up GEMVs + SiLU(gate) * up epilogue
+  matvec_add        split-K GEMV accumulated atomically into the float32 residual
+  rope_and_cache    RoPE on q and k, k and v stored into the static cache at `pos`
+  decode_attention  split-K GQA attention over the filled cache (flash-decoding), + reduce
+`pos` is read on the device, so one captured graph serves every position. With
+TRITON_INTERPRET=1 the same kernels run on the CPU, which is how CI checks them.
+"""
+
+from dataclasses import dataclass
+import os
+from typing import Dict, Optional, Tuple
+
+import torch
+import triton
+import triton.language as tl
+
+INTERPRET = os.environ.get('TRITON_INTERPRET') == '1'
+
+
+@dataclass(frozen=True)
+class GemvConfig:
+    """Launch shape of one GEMV: rows per program, columns per step, K splits, warps."""
+
+    block_n: int = 16
+    block_k: int = 512
+    split_k: int = 1
+    num_warps: int = 4
+
+
+# Chosen per (kernel, N, K) by tune(); defaults otherwise.
+TUNED: Dict[Tuple[str, int, int], GemvConfig] = {}
+DEFAULT = {'rms_matvec': GemvConfig(16, 512, 1, 4), 'gate_up': GemvConfig(8, 512, 1, 4),
+           'matvec_add': GemvConfig(16, 512, 4, 4)}
+
+
+def _config(kind: str, n: int, k: int) -> GemvConfig:
+    config = TUNED.get((kind, n, k), DEFAULT[kind])
+    if INTERPRET or k < config.block_k:
+        # Tiny shapes (tests, the interpreter): small tiles keep masks exercised and runs quick.
+        return GemvConfig(min(config.block_n, 16), min(config.block_k, 64),
+                          min(config.split_k, 2), config.num_warps)
+    return config
+
+
+def _even(n: int, k: int, cfg: GemvConfig) -> bool:
+    # Split boundaries are multiples of block_k, so these two make every tile whole.
+    return n % cfg.block_n == 0 and k % cfg.block_k == 0
+
+
+@triton.jit
+def _rstd(X, K, eps, BLOCK_K: tl.constexpr):
+    acc = tl.zeros([BLOCK_K], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        cols = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(X + cols, mask=cols < K, other=0.0).to(tl.float32)
+        acc += x * x
+    return 1.0 / tl.sqrt(tl.sum(acc, axis=0) / K + eps)
+
+
+@triton.jit
+def _load(ptr, mask, EVEN: tl.constexpr):
+    # Unmasked loads when the tiles divide the matrix: masks that vary along a row can stop
+    # Triton from issuing 16-byte vector loads.
+    if EVEN:
+        return tl.load(ptr)
+    return tl.load(ptr, mask=mask, other=0.0)
+
+
+@triton.jit
+def _input(X, NORM, cols, col_mask, rstd, HAS_NORM: tl.constexpr, WDTYPE: tl.constexpr,
+           EVEN: tl.constexpr):
+    # The GEMV input, rounded as transformers rounds it: normed in float32, cast to the weight
+    # dtype, scaled by the norm weight in that dtype.
+    x = _load(X + cols, col_mask, EVEN).to(tl.float32)
+    if HAS_NORM:
+        g = _load(NORM + cols, col_mask, EVEN).to(tl.float32)
+        x = (x * rstd).to(WDTYPE).to(tl.float32) * g
+    return x.to(WDTYPE).to(tl.float32)
+
+
+@triton.jit
+def _matvec_kernel(W, X, Y, NORM, BIAS, N, K, eps,
+                   HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, ACCUMULATE: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+                   EVEN: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_mask = rows < N
+    rstd = 1.0
+    if HAS_NORM:
+        rstd = _rstd(X, K, eps, BLOCK_K)
+    k_len = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
+    k_start = tl.program_id(1) * k_len
+    k_end = tl.minimum(k_start + k_len, K)
+    w_rows = W + rows.to(tl.int64)[:, None] * K
+    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    for k0 in range(k_start, k_end, BLOCK_K):
+        cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
+        col_mask = cols < k_end
+        x = _input(X, NORM, cols, col_mask, rstd, HAS_NORM, W.dtype.element_ty, EVEN)
+        w = _load(w_rows + cols[None, :], row_mask[:, None] & col_mask[None, :], EVEN)
+        acc += w.to(tl.float32) * x[None, :]
+    y = tl.sum(acc, axis=1)
+    if ACCUMULATE:
+        tl.atomic_add(Y + rows, y, mask=row_mask)
+    else:
+        if HAS_BIAS:
+            y += tl.load(BIAS + rows, mask=row_mask, other=0.0).to(tl.float32)
+        tl.store(Y + rows, y, mask=row_mask)
+
+
+@triton.jit
+def _gate_up_kernel(W, X, Y, NORM, N, K, eps, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    EVEN: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_mask = rows < N
+    rstd = _rstd(X, K, eps, BLOCK_K)
+    gate_rows = W + rows.to(tl.int64)[:, None] * K
+    up_rows = gate_rows + N * K
+    acc_gate = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    acc_up = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
+        col_mask = cols < K
+        mask = row_mask[:, None] & col_mask[None, :]
+        x = _input(X, NORM, cols, col_mask, rstd, True, W.dtype.element_ty, EVEN)[None, :]
+        acc_gate += _load(gate_rows + cols[None, :], mask, EVEN).to(tl.float32) * x
+        acc_up += _load(up_rows + cols[None, :], mask, EVEN).to(tl.float32) * x
+    gate = tl.sum(acc_gate, axis=1)
+    up = tl.sum(acc_up, axis=1)
+    tl.store(Y + rows, gate * tl.sigmoid(gate) * up, mask=row_mask)
+
+
+@triton.jit
+def _rope_cache_kernel(QKV, POS, COS, SIN, KC, VC, QOUT, num_heads, kv_heads, max_context,
+                       HALF: tl.constexpr):
+    head = tl.program_id(0)
+    pos = tl.load(POS).to(tl.int64)
+    d = tl.arange(0, HALF)
+    cos = tl.load(COS + pos * HALF + d)
+    sin = tl.load(SIN + pos * HALF + d)
+    dtype = KC.dtype.element_ty
+    # q and k come out of the QKV GEMV in the model dtype in transformers: round the same way.
+    x1 = tl.load(QKV + head * 2 * HALF + d).to(dtype).to(tl.float32)
+    x2 = tl.load(QKV + head * 2 * HALF + HALF + d).to(dtype).to(tl.float32)
+    r1 = x1 * cos - x2 * sin
+    r2 = x2 * cos + x1 * sin
+    if head < num_heads:
+        tl.store(QOUT + head * 2 * HALF + d, r1)
+        tl.store(QOUT + head * 2 * HALF + HALF + d, r2)
+    else:
+        kv_head = head - num_heads
+        slot = (kv_head * max_context + pos) * 2 * HALF
+        tl.store(KC + slot + d, r1.to(dtype))
+        tl.store(KC + slot + HALF + d, r2.to(dtype))
+        v = QKV + (num_heads + kv_heads + kv_head) * 2 * HALF
+        tl.store(VC + slot + d, tl.load(v + d).to(dtype))
+        tl.store(VC + slot + HALF + d, tl.load(v + HALF + d).to(dtype))
+
+
+@triton.jit
+def _chunk(length, SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, BLOCK_T: tl.constexpr):
+    # Keys per split: spread over SPLITS programs, but never under MIN_CHUNK, so short contexts
+    # use few splits and long ones all of them.
+    chunk = tl.maximum(tl.cdiv(length, SPLITS), MIN_CHUNK)
+    return tl.cdiv(chunk, BLOCK_T) * BLOCK_T
+
+
+@triton.jit
+def _attn_split_kernel(Q, KC, VC, POS, MAXS, SUMS, ACCS, max_context, scale, group,
+                       D: tl.constexpr, GROUP_P: tl.constexpr, BLOCK_T: tl.constexpr,
+                       SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, DOT: tl.constexpr):
+    kv_head = tl.program_id(0)
+    split = tl.program_id(1)
+    length = tl.load(POS).to(tl.int32) + 1
+    chunk = _chunk(length, SPLITS, MIN_CHUNK, BLOCK_T)
+    start = split * chunk
+    if start < length:
+        end = tl.minimum(start + chunk, length)
+        g = tl.arange(0, GROUP_P)
+        d = tl.arange(0, D)
+        g_mask = g < group
+        q = tl.load(Q + (kv_head * group + g)[:, None] * D + d[None, :], mask=g_mask[:, None],
+                    other=0.0).to(DOT)
+        base = kv_head.to(tl.int64) * max_context * D
+        m_i = tl.full([GROUP_P], float('-inf'), dtype=tl.float32)
+        l_i = tl.zeros([GROUP_P], dtype=tl.float32)
+        acc = tl.zeros([GROUP_P, D], dtype=tl.float32)
+        for t0 in range(start, end, BLOCK_T):
+            t = t0 + tl.arange(0, BLOCK_T)
+            t_mask = t < end
+            offsets = base + t[:, None] * D + d[None, :]
+            k = tl.load(KC + offsets, mask=t_mask[:, None], other=0.0).to(DOT)
+            s = tl.dot(q, tl.trans(k), out_dtype=tl.float32) * scale
+            s = tl.where(t_mask[None, :], s, float('-inf'))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            alpha = tl.exp(m_i - m_new)
+            p = tl.exp(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            v = tl.load(VC + offsets, mask=t_mask[:, None], other=0.0).to(DOT)
+            acc = acc * alpha[:, None] + tl.dot(p.to(DOT), v, out_dtype=tl.float32)
+            m_i = m_new
+        out = (kv_head * SPLITS + split) * GROUP_P + g
+        tl.store(MAXS + out, m_i, mask=g_mask)
+        tl.store(SUMS + out, l_i, mask=g_mask)
+        tl.store(ACCS + out[:, None] * D + d[None, :], acc, mask=g_mask[:, None])
+
+
+@triton.jit
+def _attn_reduce_kernel(POS, MAXS, SUMS, ACCS, OUT, group, D: tl.constexpr,
+                        GROUP_P: tl.constexpr, BLOCK_T: tl.constexpr, SPLITS: tl.constexpr,
+                        MIN_CHUNK: tl.constexpr):
+    head = tl.program_id(0)
+    length = tl.load(POS).to(tl.int32) + 1
+    active = tl.cdiv(length, _chunk(length, SPLITS, MIN_CHUNK, BLOCK_T))
+    s = tl.arange(0, SPLITS)
+    s_mask = s < active
+    d = tl.arange(0, D)
+    index = ((head // group) * SPLITS + s) * GROUP_P + head % group
+    m = tl.load(MAXS + index, mask=s_mask, other=float('-inf'))
+    weight = tl.exp(m - tl.max(m, axis=0))
+    total = tl.sum(tl.load(SUMS + index, mask=s_mask, other=0.0) * weight, axis=0)
+    acc = tl.load(ACCS + index[:, None] * D + d[None, :], mask=s_mask[:, None], other=0.0)
+    tl.store(OUT + head * D + d, tl.sum(acc * weight[:, None], axis=0) / total)
+
+
+def rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor,
+               bias: Optional[torch.Tensor], eps: float) -> torch.Tensor:
+    """Return w @ rms_norm(x) (+ bias) as float32 [N]."""
+    n, k = w.shape
+    cfg = _config('rms_matvec', n, k)
+    y = torch.empty(n, device=x.device, dtype=torch.float32)
+    _matvec_kernel[(triton.cdiv(n, cfg.block_n), 1)](
+        w, x, y, norm_w, bias if bias is not None else y, n, k, eps, HAS_NORM=True,
+        HAS_BIAS=bias is not None, ACCUMULATE=False, BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k, SPLIT_K=1, EVEN=_even(n, k, cfg), num_warps=cfg.num_warps)
+    return y
+
+
+def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up: torch.Tensor,
+                     eps: float) -> torch.Tensor:
+    """Return silu(gate) * up for [gate; up] = w_gate_up @ rms_norm(x), float32 [I]."""
+    n2, k = w_gate_up.shape
+    n = n2 // 2
+    cfg = _config('gate_up', n, k)
+    y = torch.empty(n, device=x.device, dtype=torch.float32)
+    _gate_up_kernel[(triton.cdiv(n, cfg.block_n),)](
+        w_gate_up, x, y, norm_w, n, k, eps, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        EVEN=_even(n, k, cfg), num_warps=cfg.num_warps)
+    return y
+
+
+def matvec_add(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor) -> None:
+    """Add w @ a into x in place (the residual connection)."""
+    n, k = w.shape
+    cfg = _config('matvec_add', n, k)
+    _matvec_kernel[(triton.cdiv(n, cfg.block_n), cfg.split_k)](
+        w, a, x, x, x, n, k, 0.0, HAS_NORM=False, HAS_BIAS=False, ACCUMULATE=True,
+        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=cfg.split_k,
+        EVEN=_even(n, k, cfg), num_warps=cfg.num_warps)
+
+
+def rope_and_cache(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                   k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Rotate q and k for position pos, store k and v at pos; return q [Hq, D] (float32)."""
+    kv_heads, max_context, dim = k_cache.shape
+    q = torch.empty(num_heads, dim, device=qkv.device, dtype=torch.float32)
+    _rope_cache_kernel[(num_heads + kv_heads,)](
+        qkv, pos, cos, sin, k_cache, v_cache, q, num_heads, kv_heads, max_context,
+        HALF=dim // 2, num_warps=1)
+    return q
+
+
+# Attention launch shape: at most SPLITS programs per kv head, each over >= MIN_CHUNK keys.
+ATTENTION = {'splits': 32, 'min_chunk': 256, 'block_t': 32, 'num_warps': 4}
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     pos: torch.Tensor) -> torch.Tensor:
+    """Attend q [Hq, D] over cache positions 0..pos with GQA; return float32 [Hq * D]."""
+    kv_heads, max_context, dim = k_cache.shape
+    heads = q.shape[0]
+    group = heads // kv_heads
+    group_p = max(16, triton.next_power_of_2(group))   # tl.dot needs 16 rows
+    splits, min_chunk = ATTENTION['splits'], ATTENTION['min_chunk']
+    block_t = ATTENTION['block_t']
+    if INTERPRET:
+        splits, min_chunk, block_t = 4, 16, 16
+    maxs = torch.empty(kv_heads * splits * group_p, device=q.device, dtype=torch.float32)
+    sums = torch.empty_like(maxs)
+    accs = torch.empty(kv_heads * splits * group_p, dim, device=q.device, dtype=torch.float32)
+    # Matrix units in the cache dtype on the GPU; exact float32 where there are none.
+    dot = tl.float32 if INTERPRET or k_cache.dtype == torch.float32 else (
+        tl.bfloat16 if k_cache.dtype == torch.bfloat16 else tl.float16)
+    _attn_split_kernel[(kv_heads, splits)](
+        q, k_cache, v_cache, pos, maxs, sums, accs, max_context, dim ** -0.5, group, D=dim,
+        GROUP_P=group_p, BLOCK_T=block_t, SPLITS=splits, MIN_CHUNK=min_chunk, DOT=dot,
+        num_warps=ATTENTION['num_warps'])
+    out = torch.empty(heads, dim, device=q.device, dtype=torch.float32)
+    _attn_reduce_kernel[(heads,)](
+        pos, maxs, sums, accs, out, group, D=dim, GROUP_P=group_p, BLOCK_T=block_t,
+        SPLITS=splits, MIN_CHUNK=min_chunk, num_warps=4)
+    return out.view(-1)

@@ -1,0 +1,280 @@
+"""
+Our own Llama-family forward: Llama 2/3.x, Mistral and Qwen2/2.5.
+
+One flat file in the manner of gpt-fast's model.py: a dataclass config, the weights as plain
+tensors (QKV and gate/up fused), a static KV cache, and small pure functions. `prefill` runs a
+prompt with PyTorch ops; `decode_one_token` is one batch-1 step written against an `ops` module
+(ops_torch on the CPU, kernels on CUDA) so the same step can be launched op by op or captured
+whole in a CUDA graph. The residual stream is kept in float32 whatever the weight dtype.
+"""
+
+from dataclasses import dataclass
+import json
+import math
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+import torch.nn.functional as F
+
+ARCHS = ('llama', 'mistral', 'qwen2')
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The shape of a Llama-family model, read from Hugging Face config.json keys."""
+
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    rope_scaling: Optional[tuple] = None   # sorted (key, value) pairs, e.g. llama3's
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+    max_position_embeddings: int = 4096
+
+    @classmethod
+    def from_hf(cls, hf: dict) -> 'ModelConfig':
+        model_type = hf.get('model_type', 'llama')
+        if model_type not in ARCHS:
+            raise ValueError(f'model_type {model_type!r} is not one of {", ".join(ARCHS)}')
+        if model_type == 'mistral' and hf.get('sliding_window'):
+            if hf['sliding_window'] < hf.get('max_position_embeddings', 0):
+                raise ValueError('Mistral with a sliding window shorter than its context '
+                                 '(v0.1) is not supported; v0.2 and later have none')
+        # transformers 5 nests rope settings in rope_parameters; older configs keep them flat.
+        rope = dict(hf.get('rope_parameters') or hf.get('rope_scaling') or {})
+        theta = float(rope.pop('rope_theta', hf.get('rope_theta', 10000.0)))
+        rope_type = rope.get('rope_type', rope.get('type', 'default'))
+        if rope_type not in ('default', 'llama3'):
+            raise ValueError(f'rope type {rope_type!r} is not supported (default, llama3)')
+        heads = hf['num_attention_heads']
+        return cls(
+            model_type=model_type, vocab_size=hf['vocab_size'], hidden_size=hf['hidden_size'],
+            intermediate_size=hf['intermediate_size'], num_layers=hf['num_hidden_layers'],
+            num_heads=heads, num_kv_heads=hf.get('num_key_value_heads') or heads,
+            head_dim=hf.get('head_dim') or hf['hidden_size'] // heads,
+            rms_norm_eps=float(hf.get('rms_norm_eps', 1e-6)), rope_theta=theta,
+            rope_scaling=tuple(sorted(rope.items())) if rope_type == 'llama3' else None,
+            tie_word_embeddings=bool(hf.get('tie_word_embeddings', False)),
+            qkv_bias=model_type == 'qwen2' or bool(hf.get('attention_bias', False)),
+            max_position_embeddings=hf.get('max_position_embeddings', 4096))
+
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+
+@dataclass
+class Layer:
+    """One decoder layer's weights, fused as the step reads them."""
+
+    attn_norm: torch.Tensor     # [H]
+    wqkv: torch.Tensor          # [q + 2 kv, H]
+    bqkv: Optional[torch.Tensor]
+    wo: torch.Tensor            # [H, q]
+    mlp_norm: torch.Tensor      # [H]
+    w_gate_up: torch.Tensor     # [2 I, H]: gate rows, then up rows
+    w_down: torch.Tensor        # [H, I]
+
+
+@dataclass
+class Weights:
+    """All weights of a model; lm_head is the embedding itself when tied."""
+
+    config: ModelConfig
+    embed: torch.Tensor         # [V, H]
+    layers: List[Layer]
+    norm: torch.Tensor          # [H]
+    lm_head: torch.Tensor       # [V, H]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed.dtype
+
+
+def from_state_dict(config: ModelConfig, state: Dict[str, torch.Tensor],
+                    device: torch.device, dtype: torch.dtype) -> Weights:
+    """Fuse a Hugging Face-named state dict into Weights; consumes (empties) state."""
+    def take(name):
+        return state.pop(name).to(device=device, dtype=dtype)
+
+    layers = []
+    for i in range(config.num_layers):
+        p = f'model.layers.{i}.'
+        wqkv = torch.cat([take(p + 'self_attn.q_proj.weight'), take(p + 'self_attn.k_proj.weight'),
+                          take(p + 'self_attn.v_proj.weight')])
+        bqkv = None
+        if config.qkv_bias:
+            bqkv = torch.cat([take(p + 'self_attn.q_proj.bias'), take(p + 'self_attn.k_proj.bias'),
+                              take(p + 'self_attn.v_proj.bias')])
+        gate_up = torch.cat([take(p + 'mlp.gate_proj.weight'), take(p + 'mlp.up_proj.weight')])
+        layers.append(Layer(take(p + 'input_layernorm.weight'), wqkv, bqkv,
+                            take(p + 'self_attn.o_proj.weight'),
+                            take(p + 'post_attention_layernorm.weight'), gate_up,
+                            take(p + 'mlp.down_proj.weight')))
+    embed = take('model.embed_tokens.weight')
+    lm_head = embed if config.tie_word_embeddings else take('lm_head.weight')
+    return Weights(config, embed, layers, take('model.norm.weight'), lm_head)
+
+
+def load_hf_dir(path: Path, device: torch.device, dtype: torch.dtype) -> Weights:
+    """Weights from a Hugging Face directory of safetensors files."""
+    from safetensors import safe_open
+    config = ModelConfig.from_hf(json.loads((Path(path) / 'config.json').read_text()))
+    files = sorted(Path(path).glob('*.safetensors'))
+    if not files:
+        raise FileNotFoundError(f'{path} holds no *.safetensors weights')
+    state = {}
+    for file in files:
+        with safe_open(str(file), framework='pt', device='cpu') as f:
+            for name in f.keys():
+                state[name] = f.get_tensor(name)
+    if config.tie_word_embeddings:
+        state.pop('lm_head.weight', None)
+    return from_state_dict(config, state, device, dtype)
+
+
+def synthetic_state_dict(config: ModelConfig, device: torch.device, dtype: torch.dtype,
+                         seed: int = 0) -> Dict[str, torch.Tensor]:
+    """
+    Random weights of the config's shape, named as Hugging Face names them.
+
+    Normal(0, 0.02) like transformers' initialisation, norms at 1: activations stay finite and
+    the step reads exactly the bytes a real checkpoint of this shape would.
+    """
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+
+    def rand(*shape):
+        out = torch.empty(*shape, device=device, dtype=dtype)
+        return out.normal_(0.0, 0.02, generator=gen)
+
+    h, i, q, kv = config.hidden_size, config.intermediate_size, config.q_size, config.kv_size
+    state = {'model.embed_tokens.weight': rand(config.vocab_size, h),
+             'model.norm.weight': torch.ones(h, device=device, dtype=dtype)}
+    if not config.tie_word_embeddings:
+        state['lm_head.weight'] = rand(config.vocab_size, h)
+    for n in range(config.num_layers):
+        p = f'model.layers.{n}.'
+        state.update({
+            p + 'input_layernorm.weight': torch.ones(h, device=device, dtype=dtype),
+            p + 'post_attention_layernorm.weight': torch.ones(h, device=device, dtype=dtype),
+            p + 'self_attn.q_proj.weight': rand(q, h), p + 'self_attn.k_proj.weight': rand(kv, h),
+            p + 'self_attn.v_proj.weight': rand(kv, h), p + 'self_attn.o_proj.weight': rand(h, q),
+            p + 'mlp.gate_proj.weight': rand(i, h), p + 'mlp.up_proj.weight': rand(i, h),
+            p + 'mlp.down_proj.weight': rand(h, i)})
+        if config.qkv_bias:
+            state.update({p + 'self_attn.q_proj.bias': rand(q),
+                          p + 'self_attn.k_proj.bias': rand(kv),
+                          p + 'self_attn.v_proj.bias': rand(kv)})
+    return state
+
+
+def rope_tables(config: ModelConfig, max_context: int, device: torch.device):
+    """Rotary tables cos, sin [max_context, head_dim / 2] in float32, llama3 scaling applied."""
+    dim = config.head_dim
+    inv_freq = 1.0 / (config.rope_theta ** (
+        torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float32) / dim))
+    if config.rope_scaling:
+        # Llama 3.1: stretch low frequencies by `factor`, keep high ones, blend in between.
+        s = dict(config.rope_scaling)
+        factor, low, high = s['factor'], s['low_freq_factor'], s['high_freq_factor']
+        old_len = s['original_max_position_embeddings']
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+        smooth = (old_len / wavelen - low) / (high - low)
+        blended = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
+        inv_freq = torch.where(medium, blended, scaled)
+    angles = torch.outer(torch.arange(max_context, dtype=torch.float32), inv_freq)
+    return angles.cos().to(device), angles.sin().to(device)
+
+
+@dataclass
+class KVCache:
+    """Static cache: keys and values [layers, kv_heads, max_context, head_dim]."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+
+    @classmethod
+    def allocate(cls, config: ModelConfig, max_context: int, device: torch.device,
+                 dtype: torch.dtype) -> 'KVCache':
+        shape = (config.num_layers, config.num_kv_heads, max_context, config.head_dim)
+        return cls(torch.zeros(shape, device=device, dtype=dtype),
+                   torch.zeros(shape, device=device, dtype=dtype))
+
+    @property
+    def max_context(self) -> int:
+        return self.k.shape[2]
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Normalise by the root mean square as transformers does: in float32, scale after."""
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(weight.dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # Rotate-half convention: pairs (i, i + head_dim / 2).
+    x1, x2 = x.float().chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+
+
+@torch.inference_mode()
+def prefill(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
+            sin: torch.Tensor) -> torch.Tensor:
+    """Run a prompt ids [n] from position 0, fill the cache, return float32 logits [vocab]."""
+    c = w.config
+    n = ids.shape[0]
+    x = w.embed[ids].float()                                       # [n, H] residual
+    cos_n, sin_n = cos[:n][:, None], sin[:n][:, None]              # broadcast over heads
+    for i, layer in enumerate(w.layers):
+        qkv = F.linear(rms_norm(x, layer.attn_norm, c.rms_norm_eps), layer.wqkv, layer.bqkv)
+        q, k, v = qkv.split([c.q_size, c.kv_size, c.kv_size], dim=-1)
+        q = _rotate(q.view(n, c.num_heads, c.head_dim), cos_n, sin_n)
+        k = _rotate(k.view(n, c.num_kv_heads, c.head_dim), cos_n, sin_n)
+        v = v.view(n, c.num_kv_heads, c.head_dim)
+        cache.k[i, :, :n] = k.transpose(0, 1)
+        cache.v[i, :, :n] = v.transpose(0, 1)
+        attn = F.scaled_dot_product_attention(
+            q.transpose(0, 1)[None], cache.k[i, :, :n][None], cache.v[i, :, :n][None],
+            is_causal=True, enable_gqa=True)[0]                    # [Hq, n, D]
+        x = x + F.linear(attn.transpose(0, 1).reshape(n, c.q_size), layer.wo).float()
+        gate, up = F.linear(rms_norm(x, layer.mlp_norm, c.rms_norm_eps),
+                            layer.w_gate_up).chunk(2, dim=-1)
+        x = x + F.linear(F.silu(gate) * up, layer.w_down).float()
+    last = rms_norm(x[-1:], w.norm, c.rms_norm_eps)
+    return F.linear(last, w.lm_head)[0].float()
+
+
+def decode_one_token(w: Weights, cache: KVCache, token: torch.Tensor, pos: torch.Tensor,
+                     cos: torch.Tensor, sin: torch.Tensor, ops) -> torch.Tensor:
+    """
+    One step: token [1] (long) at position pos [1] (int32), both on the device.
+
+    Writes this token's keys and values into the cache and returns float32 logits [vocab].
+    Nothing here reads a device value on the host, so the step can be captured in a graph.
+    """
+    c = w.config
+    x = w.embed.index_select(0, token).float().view(-1)            # [H] residual
+    for i, layer in enumerate(w.layers):
+        qkv = ops.rms_matvec(x, layer.attn_norm, layer.wqkv, layer.bqkv, c.rms_norm_eps)
+        q = ops.rope_and_cache(qkv, pos, cos, sin, cache.k[i], cache.v[i], c.num_heads)
+        attn = ops.decode_attention(q, cache.k[i], cache.v[i], pos)
+        ops.matvec_add(x, attn, layer.wo)                          # x += wo @ attn
+        h = ops.rms_gate_up_silu(x, layer.mlp_norm, layer.w_gate_up, c.rms_norm_eps)
+        ops.matvec_add(x, h, layer.w_down)                         # x += w_down @ h
+    return ops.rms_matvec(x, w.norm, w.lm_head, None, c.rms_norm_eps)

@@ -1,0 +1,159 @@
+"""
+Backends `eager` and `graphed`: our own forward (llama.py) with a static KV cache.
+
+`eager` launches the decode step op by op. `graphed` captures the whole step (every layer, the
+final norm, the lm_head and the next-token choice) once into a CUDA graph and replays it: the
+token and position live in device tensors that the graph itself advances, so a step costs one
+replay and one 8-byte copy of the chosen token back to the host.
+
+Context policy: one graph per sampling mode (greedy, sampled), captured for max_context. The
+attention kernel reads the filled length from the device position, so the graph reads only
+the filled part of the cache at every length: no buckets, no padding to the maximum.
+"""
+
+from dataclasses import replace
+from typing import Callable, Dict, Optional, Sequence
+
+import torch
+
+from . import ops_torch
+from .base import ContextFull, DecoderInfo, EngineError, Sampling
+from .llama import decode_one_token, KVCache, prefill, rope_tables, Weights
+from .sampling import choose, make_generator, sample
+
+
+class NativeDecoder:
+    """The Decoder protocol on our forward; graphed=True replays a captured step."""
+
+    def __init__(self, weights: Weights, info: DecoderInfo, device: torch.device,
+                 graphed: bool, log: Callable[[str], None] = lambda _: None):
+        config = weights.config
+        self.info = info
+        self.device = device
+        self.weights = weights
+        self.log = log
+        self.cache = KVCache.allocate(config, info.max_context, device, weights.dtype)
+        self.cos, self.sin = rope_tables(config, info.max_context, device)
+        if device.type == 'cuda':
+            from . import kernels
+            self.ops = kernels
+        else:
+            self.ops = ops_torch
+        self.graphed = graphed and device.type == 'cuda'
+        # Step state on the device: the last chosen token and its position.
+        self.token = torch.zeros(1, dtype=torch.long, device=device)
+        self.pos = torch.zeros(1, dtype=torch.int32, device=device)
+        self.logits = torch.zeros(config.vocab_size, dtype=torch.float32, device=device)
+        self.temperature = torch.ones((), dtype=torch.float32, device=device)
+        self.top_p = torch.ones((), dtype=torch.float32, device=device)
+        self._position = 0
+        self._started = False
+        self._sampling = Sampling()
+        self._generator: Optional[torch.Generator] = None
+        self._graphs: Dict[bool, torch.cuda.CUDAGraph] = {}
+        self._pool = None
+        if device.type == 'cuda':
+            self._warm_up()
+
+    @property
+    def position(self) -> int:
+        return self._position
+
+    @torch.inference_mode()
+    def _body(self, greedy: bool) -> None:
+        # The step as captured: everything on the device, nothing read back.
+        logits = decode_one_token(self.weights, self.cache, self.token, self.pos, self.cos,
+                                  self.sin, self.ops)
+        self.logits.copy_(logits)
+        if greedy:
+            chosen = torch.argmax(logits)
+        else:
+            chosen = sample(logits, self.temperature, self.top_p, self._generator)
+        self.token.copy_(chosen.view(1))
+        self.pos.add_(1)
+
+    def _warm_up(self) -> None:
+        # Compile the kernels (and capture the greedy graph) now rather than in the first reply.
+        if not self.graphed:
+            self._body(greedy=True)
+            return
+        try:
+            self._graph(greedy=True)
+        except torch.cuda.OutOfMemoryError as exc:
+            self._graphs.clear()
+            self._pool = None
+            torch.cuda.empty_cache()
+            self.graphed = False
+            note = f'CUDA graph capture ran out of memory ({exc}); decoding eager instead'
+            self.log('warning: ' + note)
+            self.info = replace(self.info, backend='eager', note=note)
+            self._body(greedy=True)
+
+    def _graph(self, greedy: bool) -> torch.cuda.CUDAGraph:
+        graph = self._graphs.get(greedy)
+        if graph is not None:
+            return graph
+        saved = self.token.clone(), self.pos.clone()
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # compile kernels and settle the allocator outside the capture
+                self._body(greedy)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            self._body(greedy)
+        self._pool = graph.pool()
+        self.token.copy_(saved[0])
+        self.pos.copy_(saved[1])
+        self._graphs[greedy] = graph
+        self.log(f'captured the {"greedy" if greedy else "sampling"} decode step in a CUDA graph')
+        return graph
+
+    @torch.inference_mode()
+    def prefill(self, token_ids: Sequence[int], sampling: Sampling) -> int:
+        if not token_ids:
+            raise EngineError('empty prompt: nothing to decode from')
+        if len(token_ids) >= self.info.max_context:
+            raise ContextFull(f'prompt of {len(token_ids)} tokens leaves no room in a context '
+                              f'of {self.info.max_context} tokens')
+        self._sampling = sampling
+        self._generator = None
+        if not sampling.greedy:
+            self.temperature.fill_(sampling.temperature)
+            self.top_p.fill_(sampling.top_p)
+            if self.graphed:
+                # A captured graph draws from the device's default generator.
+                if sampling.seed is not None:
+                    torch.cuda.manual_seed(int(sampling.seed))
+                self._graph(greedy=False)
+            else:
+                self._generator = make_generator(sampling, self.device)
+        ids = torch.tensor(list(token_ids), dtype=torch.long, device=self.device)
+        logits = prefill(self.weights, self.cache, ids, self.cos, self.sin)
+        self.logits.copy_(logits)
+        first = choose(logits, sampling, self._generator)
+        self.token.copy_(first.view(1))
+        self.pos.fill_(len(token_ids))
+        self._position = len(token_ids)
+        self._started = True
+        return int(first)
+
+    def step(self) -> int:
+        if not self._started:
+            raise EngineError('step() before prefill()')
+        # Prompt plus reply never exceed max_context tokens.
+        if self._position + 1 >= self.info.max_context:
+            raise ContextFull(f'context of {self.info.max_context} tokens is full')
+        greedy = self._sampling.greedy
+        if self.graphed:
+            self._graph(greedy).replay()
+        else:
+            self._body(greedy)
+        self._position += 1
+        return int(self.token)
+
+    def last_logits(self) -> torch.Tensor:
+        if not self._started:
+            raise EngineError('no logits yet: call prefill() first')
+        return self.logits

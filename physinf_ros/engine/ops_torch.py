@@ -1,0 +1,62 @@
+"""
+The decode step's operations in plain PyTorch: the CPU path and the kernels' reference.
+
+Each function has a twin of the same signature in kernels.py (Triton, CUDA). Activations are
+float32 vectors; weights and the KV cache are in the model dtype.
+"""
+
+from typing import Optional
+
+import torch
+
+from .llama import rms_norm
+
+
+def rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor,
+               bias: Optional[torch.Tensor], eps: float) -> torch.Tensor:
+    """Return w @ rms_norm(x) (+ bias) as float32 [N]."""
+    y = torch.nn.functional.linear(rms_norm(x, norm_w, eps), w, bias)
+    return y.float()
+
+
+def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up: torch.Tensor,
+                     eps: float) -> torch.Tensor:
+    """Return silu(gate) * up for [gate; up] = w_gate_up @ rms_norm(x), float32 [I]."""
+    gate, up = torch.nn.functional.linear(rms_norm(x, norm_w, eps), w_gate_up).chunk(2)
+    return (torch.nn.functional.silu(gate) * up).float()
+
+
+def matvec_add(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor) -> None:
+    """Add w @ a into x in place (the residual connection)."""
+    x += torch.nn.functional.linear(a.to(w.dtype), w).float()
+
+
+def rope_and_cache(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                   k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Rotate q and k for position pos, store k and v at pos; return q [Hq, D] (float32)."""
+    kv_heads, _, dim = k_cache.shape
+    q, k, v = qkv.split([num_heads * dim, kv_heads * dim, kv_heads * dim])
+    c, s = cos[pos.long()], sin[pos.long()]                       # [1, D/2]
+
+    def rotate(t):
+        t1, t2 = t.to(k_cache.dtype).float().chunk(2, dim=-1)
+        return torch.cat([t1 * c - t2 * s, t2 * c + t1 * s], dim=-1)
+
+    index = pos.long()
+    k_cache.index_copy_(1, index, rotate(k.view(kv_heads, dim)).to(k_cache.dtype)[:, None])
+    v_cache.index_copy_(1, index, v.view(kv_heads, 1, dim).to(v_cache.dtype))
+    return rotate(q.view(num_heads, dim))
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     pos: torch.Tensor) -> torch.Tensor:
+    """Attend q [Hq, D] over cache positions 0..pos with GQA; return float32 [Hq * D]."""
+    kv_heads, _, dim = k_cache.shape
+    length = int(pos) + 1  # host read: fine on the CPU path, which is never graph-captured
+    group = q.shape[0] // kv_heads
+    k = k_cache[:, :length]                                        # [KVH, T, D]
+    v = v_cache[:, :length]
+    qg = q.view(kv_heads, group, dim).to(k.dtype)
+    scores = torch.matmul(qg, k.transpose(1, 2)).float() / dim ** 0.5   # [KVH, G, T]
+    probs = torch.softmax(scores, dim=-1).to(v.dtype)
+    return torch.matmul(probs, v).float().reshape(-1)

@@ -1,0 +1,94 @@
+"""The Triton kernels against ops_torch: on a GPU natively, elsewhere in Triton's interpreter."""
+
+from physinf_ros.engine import kernels, ops_torch
+from physinf_ros.engine.llama import (decode_one_token, from_state_dict, KVCache, ModelConfig,
+                                      prefill, rope_tables, synthetic_state_dict)
+import pytest
+from tiny_models import tiny_config
+import torch
+
+DEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+
+
+def rel(a, b):
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def rand(*shape, dtype=torch.float32, scale=1.0):
+    return (torch.randn(*shape, device=DEVICE) * scale).to(dtype)
+
+
+# The torch reference rounds each GEMV output and the SiLU product to bf16 (as transformers
+# does); the kernels keep float32, so bf16 cases agree to a few bf16 roundings (2^-8 each) and
+# float32 ones far closer. A wrong index or a missed tile shows as an error of order one.
+TOL = {torch.float32: 1e-5, torch.bfloat16: 3e-2}
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize('n, k', [(96, 200), (64, 64)])
+def test_rms_matvec(dtype, n, k):
+    x, g, w, b = rand(k), rand(k, dtype=dtype), rand(n, k, dtype=dtype), rand(n, dtype=dtype)
+    for bias in (None, b):
+        out = kernels.rms_matvec(x, g, w, bias, 1e-6)
+        assert rel(out, ops_torch.rms_matvec(x, g, w, bias, 1e-6)) < TOL[dtype]
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+def test_rms_gate_up_silu(dtype):
+    x, g, w = rand(200), rand(200, dtype=dtype), rand(2 * 72, 200, dtype=dtype, scale=0.1)
+    out = kernels.rms_gate_up_silu(x, g, w, 1e-5)
+    assert rel(out, ops_torch.rms_gate_up_silu(x, g, w, 1e-5)) < TOL[dtype]
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+def test_matvec_add_accumulates_into_the_residual(dtype):
+    x, a, w = rand(80), rand(300), rand(80, 300, dtype=dtype)
+    expected = x.clone()
+    ops_torch.matvec_add(expected, a, w)
+    kernels.matvec_add(x, a, w)
+    assert rel(x, expected) < TOL[dtype]
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize('heads, kv_heads', [(4, 2), (9, 3), (7, 1)])
+def test_rope_cache_and_attention(dtype, heads, kv_heads):
+    dim, max_context = 32, 300
+    config = ModelConfig('llama', 10, heads * dim, 8, 1, heads, kv_heads, dim, 1e-5, 10000.0)
+    cos, sin = rope_tables(config, max_context, DEVICE)
+    caches = [KVCache.allocate(config, max_context, DEVICE, dtype) for _ in range(2)]
+    for cache in caches:  # a filled history, identical in both
+        cache.k.copy_(rand(*cache.k.shape, dtype=dtype))
+        cache.v.copy_(rand(*cache.v.shape, dtype=dtype))
+    caches[1].k.copy_(caches[0].k)
+    caches[1].v.copy_(caches[0].v)
+    for length in (1, 17, 250):   # one split, a few, many
+        pos = torch.tensor([length - 1], dtype=torch.int32, device=DEVICE)
+        qkv = rand((heads + 2 * kv_heads) * dim)
+        q_ref = ops_torch.rope_and_cache(qkv, pos, cos, sin, caches[0].k[0], caches[0].v[0],
+                                         heads)
+        q = kernels.rope_and_cache(qkv, pos, cos, sin, caches[1].k[0], caches[1].v[0], heads)
+        # bf16: Triton's interpreter rounds to bf16 by truncation, torch to nearest: one ulp.
+        assert rel(q, q_ref) < TOL[dtype] / 3
+        assert rel(caches[1].k, caches[0].k) < TOL[dtype] / 3
+        assert rel(caches[1].v, caches[0].v) < TOL[dtype] / 3
+        out = kernels.decode_attention(q, caches[1].k[0], caches[1].v[0], pos)
+        ref = ops_torch.decode_attention(q, caches[0].k[0], caches[0].v[0], pos)
+        assert rel(out, ref) < TOL[dtype]
+
+
+def test_whole_step_matches_the_torch_path():
+    config = ModelConfig.from_hf(tiny_config('qwen2.5-7b'))
+    weights = from_state_dict(config, synthetic_state_dict(config, DEVICE, torch.float32),
+                              DEVICE, torch.float32)
+    cos, sin = rope_tables(config, 64, DEVICE)
+    caches = [KVCache.allocate(config, 64, DEVICE, torch.float32) for _ in range(2)]
+    prompt = torch.arange(3, 12, device=DEVICE)
+    for cache in caches:
+        prefill(weights, cache, prompt, cos, sin)
+    token = torch.tensor([5], device=DEVICE)
+    for step in range(4):
+        pos = torch.tensor([len(prompt) + step], dtype=torch.int32, device=DEVICE)
+        ref = decode_one_token(weights, caches[0], token, pos, cos, sin, ops_torch)
+        out = decode_one_token(weights, caches[1], token, pos, cos, sin, kernels)
+        assert rel(out, ref) < 1e-5
+        token = torch.argmax(ref).view(1)
