@@ -1,8 +1,8 @@
 """ROS-free decoding engine: model loading, backends, sampling and the generation loop."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import time
-from typing import Callable, List, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import torch
 
@@ -16,6 +16,7 @@ from .text import encode_prompt, load_tokenizer
 # eager: our forward op by op. graphed: our whole step in one CUDA graph. auto: the fastest here.
 BACKENDS = ('auto', 'hf', 'hf-graphed', 'eager', 'graphed')
 GRAPHED = {'graphed': 'eager', 'hf-graphed': 'hf'}   # what each falls back to without CUDA
+FAMILIES = ({'eager', 'graphed'}, {'hf', 'hf-graphed'})  # backends that share loaded weights
 
 __all__ = ['BACKENDS', 'ContextFull', 'Decoder', 'DecoderInfo', 'EMBEDDED', 'Engine',
            'EngineError', 'Generation', 'Sampling', 'load']
@@ -41,6 +42,32 @@ class Engine:
             raise EngineError(f'{self.source.name} has no tokenizer (synthetic weights): '
                               'it serves token ids only, for benchmarks')
         return encode_prompt(self.tokenizer, text, use_chat_template, system_prompt)
+
+    def renew(self, backend: Optional[str] = None,
+              log: Callable[[str], None] = lambda _: None) -> Decoder:
+        """Swap in a fresh decoder (new cache, new graphs) on the same loaded weights.
+
+        A benchmark session starts this way. backend may move within a family (eager and
+        graphed, hf and hf-graphed) without loading the weights again.
+        """
+        old = self.decoder
+        name = pick_backend(backend or old.info.backend, old.device, log)
+        family = next(f for f in FAMILIES if old.info.backend in f)
+        if name not in family:
+            raise EngineError(f'cannot renew a {old.info.backend} decoder as {name}: '
+                              f'load the model again with backend {name}')
+        info, device = replace(old.info, backend=name), old.device
+        shared = old.model if name in ('hf', 'hf-graphed') else old.weights
+        # Let the old cache and graphs go before the new ones are made.
+        self.decoder = old = None
+        if name in ('hf', 'hf-graphed'):
+            from .hf import HFDecoder, HFGraphedDecoder
+            cls = HFGraphedDecoder if name == 'hf-graphed' else HFDecoder
+            self.decoder = cls(shared, info, device)
+        else:
+            from .native import NativeDecoder
+            self.decoder = NativeDecoder(shared, info, device, graphed=name == 'graphed', log=log)
+        return self.decoder
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int,
                  sampling: Sampling = Sampling(),
