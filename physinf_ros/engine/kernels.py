@@ -34,10 +34,34 @@ class GemvConfig:
     num_warps: int = 4
 
 
-# Chosen per (kernel, N, K) by tune(); defaults otherwise.
+# Launch shapes per (kernel, N, K), measured by benchmarks/kernel_sweep.py and kept per GPU in
+# config/kernels.yaml; shapes not listed there take the defaults.
 TUNED: Dict[Tuple[str, int, int], GemvConfig] = {}
 DEFAULT = {'rms_matvec': GemvConfig(16, 512, 1, 4), 'gate_up': GemvConfig(8, 512, 1, 4),
            'matvec_add': GemvConfig(16, 512, 4, 4)}
+# Attention launch shape: at most SPLITS programs per kv head, each over >= MIN_CHUNK keys.
+ATTENTION = {'splits': 32, 'min_chunk': 256, 'block_t': 32, 'num_warps': 4}
+
+
+def apply_tuning(tuning: dict) -> None:
+    """Use the launch shapes of one GPU's entry in config/kernels.yaml (or a sweep's output)."""
+    ATTENTION.update(tuning.get('attention', {}))
+    for row in tuning.get('gemv', []):
+        row = dict(row)
+        key = (row.pop('kind'), row.pop('n'), row.pop('k'))
+        TUNED[key] = GemvConfig(**row)
+
+
+def load_tuning(device: torch.device) -> bool:
+    """Apply config/kernels.yaml's entry for this GPU, if it has one."""
+    import yaml
+    from ..resources import config_path
+    name = torch.cuda.get_device_name(device)
+    tuning = yaml.safe_load(config_path('kernels.yaml').read_text()) or {}
+    if name not in tuning:
+        return False
+    apply_tuning(tuning[name])
+    return True
 
 
 def _config(kind: str, n: int, k: int) -> GemvConfig:
@@ -275,10 +299,6 @@ def rope_and_cache(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
         qkv, pos, cos, sin, k_cache, v_cache, q, num_heads, kv_heads, max_context,
         HALF=dim // 2, num_warps=1)
     return q
-
-
-# Attention launch shape: at most SPLITS programs per kv head, each over >= MIN_CHUNK keys.
-ATTENTION = {'splits': 32, 'min_chunk': 256, 'block_t': 32, 'num_warps': 4}
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

@@ -249,9 +249,12 @@ def prefill(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
         v = v.view(n, c.num_kv_heads, c.head_dim)
         cache.k[i, :, :n] = k.transpose(0, 1)
         cache.v[i, :, :n] = v.transpose(0, 1)
+        # Prefill runs once per prompt: expanding the kv heads keeps SDPA on its flash path at
+        # long prompts (decode never copies them: its kernel indexes the groups).
+        group = c.num_heads // c.num_kv_heads
         attn = F.scaled_dot_product_attention(
-            q.transpose(0, 1)[None], cache.k[i, :, :n][None], cache.v[i, :, :n][None],
-            is_causal=True, enable_gqa=True)[0]                    # [Hq, n, D]
+            q.transpose(0, 1)[None], cache.k[i, :, :n].repeat_interleave(group, 0)[None],
+            cache.v[i, :, :n].repeat_interleave(group, 0)[None], is_causal=True)[0]
         x = x + F.linear(attn.transpose(0, 1).reshape(n, c.q_size), layer.wo).float()
         gate, up = F.linear(rms_norm(x, layer.mlp_norm, c.rms_norm_eps),
                             layer.w_gate_up).chunk(2, dim=-1)

@@ -36,6 +36,8 @@ class NativeDecoder:
         self.cos, self.sin = rope_tables(config, info.max_context, device)
         if device.type == 'cuda':
             from . import kernels
+            if kernels.load_tuning(device):
+                log('kernel launch shapes for this GPU from config/kernels.yaml')
             self.ops = kernels
         else:
             self.ops = ops_torch

@@ -1,0 +1,175 @@
+"""
+Sweep the decode kernels' launch shapes on the real weight shapes of a model; pick the fastest.
+
+Each GEMV is timed over as many copies of its weight as one step reads (one per layer), so the
+weights come from HBM as in a real step rather than from L2. Prints achieved GB/s per config
+beside cuBLAS (torch.nn.functional.linear, M=1) on the same shapes, and writes JSON.
+
+    python3 benchmarks/kernel_sweep.py --model synthetic:llama-3.1-8b --out sweep.json
+"""
+
+import argparse
+import itertools
+import json
+import time
+
+from physinf_ros.engine import kernels
+from physinf_ros.engine.kernels import GemvConfig
+from physinf_ros.engine.llama import ModelConfig
+from physinf_ros.engine.models import resolve
+import torch
+import triton
+
+
+def timed(fn, reps=20):
+    """Median ms of fn over reps, device-synchronised, after warm-up."""
+    return triton.testing.do_bench(fn, warmup=5, rep=reps, return_mode='median')
+
+
+def gemv_cases(c: ModelConfig):
+    """(kind, N, K, copies) for each GEMV of one decode step."""
+    h, i = c.hidden_size, c.intermediate_size
+    layers = c.num_layers
+    return [('rms_matvec', c.q_size + 2 * c.kv_size, h, layers),
+            ('matvec_add', h, c.q_size, layers),
+            ('gate_up', i, h, layers),
+            ('matvec_add', h, i, layers),
+            ('rms_matvec', c.vocab_size, h, 2)]
+
+
+CANDIDATES = {
+    'rms_matvec': [GemvConfig(bn, bk, 1, w) for bn, bk, w in
+                   itertools.product((8, 16, 32), (256, 512), (4, 8))],
+    'gate_up': [GemvConfig(bn, bk, 1, w) for bn, bk, w in
+                itertools.product((4, 8, 16), (256, 512), (4, 8))],
+    'matvec_add': [GemvConfig(bn, 512, s, w) for bn, s, w in
+                   itertools.product((8, 16, 32), (2, 4, 8), (4, 8))],
+}
+
+
+def sweep_gemv(kind, n, k, copies, device, dtype):
+    rows = 2 * n if kind == 'gate_up' else n
+    weights = [torch.randn(rows, k, device=device).to(dtype) * 0.02 for _ in range(copies)]
+    x = torch.randn(k, device=device)
+    norm = torch.ones(k, device=device, dtype=dtype)
+    bytes_read = rows * k * weights[0].element_size() * copies
+
+    def run():
+        for w in weights:
+            if kind == 'rms_matvec':
+                kernels.rms_matvec(x, norm, w, None, 1e-5)
+            elif kind == 'gate_up':
+                kernels.rms_gate_up_silu(x, norm, w, 1e-5)
+            else:
+                kernels.matvec_add(out, x, w)
+
+    out = torch.zeros(n, device=device)
+    results = []
+    for cfg in CANDIDATES[kind]:
+        kernels.TUNED[(kind, n, k)] = cfg
+        try:
+            ms = timed(run)
+        except Exception as exc:  # noqa: B902 - a config that fails to compile is skipped
+            results.append({'config': cfg.__dict__, 'error': str(exc)[:200]})
+            continue
+        results.append({'config': cfg.__dict__, 'ms': ms, 'gbps': bytes_read / ms / 1e6})
+    ok = [r for r in results if 'ms' in r]
+    best = min(ok, key=lambda r: r['ms'])
+    kernels.TUNED[(kind, n, k)] = GemvConfig(**best['config'])
+    xb = x.to(dtype)[None]
+    cublas_ms = timed(lambda: [torch.nn.functional.linear(xb, w) for w in weights])
+    del weights
+    torch.cuda.empty_cache()
+    return {'kind': kind, 'n': n, 'k': k, 'copies': copies, 'bytes': bytes_read, 'best': best,
+            'cublas_ms': cublas_ms, 'cublas_gbps': bytes_read / cublas_ms / 1e6,
+            'all': results}
+
+
+def sweep_attention(c: ModelConfig, contexts, device, dtype):
+    """Time decode attention per layer over every split/chunk/tile choice at each context."""
+    out = []
+    layers = 8  # rotate over caches larger than L2
+    max_context = max(contexts)
+    shape = (layers, c.num_kv_heads, max_context, c.head_dim)
+    k_cache = torch.randn(shape, device=device).to(dtype)
+    v_cache = torch.randn(shape, device=device).to(dtype)
+    q = torch.randn(c.num_heads, c.head_dim, device=device)
+    saved = dict(kernels.ATTENTION)
+    for ctx in contexts:
+        pos = torch.tensor([ctx - 1], dtype=torch.int32, device=device)
+        kv_bytes = 2 * c.num_kv_heads * c.head_dim * ctx * k_cache.element_size()
+        rows = []
+        for splits, min_chunk, block_t in itertools.product((16, 32, 64), (128, 256, 512),
+                                                            (32, 64)):
+            kernels.ATTENTION.update(splits=splits, min_chunk=min_chunk, block_t=block_t)
+            try:
+                ms = timed(lambda: [kernels.decode_attention(q, k_cache[i], v_cache[i], pos)
+                                    for i in range(layers)]) / layers
+            except Exception as exc:  # noqa: B902 - record and go on
+                rows.append({'splits': splits, 'min_chunk': min_chunk, 'block_t': block_t,
+                             'error': str(exc)[:200]})
+                continue
+            rows.append({'splits': splits, 'min_chunk': min_chunk, 'block_t': block_t,
+                         'us_per_layer': ms * 1000, 'gbps': kv_bytes / ms / 1e6})
+        kernels.ATTENTION.update(saved)
+        ok = [r for r in rows if 'us_per_layer' in r]
+        out.append({'ctx': ctx, 'kv_bytes_per_layer': kv_bytes,
+                    'best': min(ok, key=lambda r: r['us_per_layer']), 'all': rows})
+    return out
+
+
+def best_attention(rows):
+    """The one launch shape (a graph serves every length) with the least time summed over ctx."""
+    totals = {}
+    for row in rows:
+        for r in row['all']:
+            if 'us_per_layer' in r:
+                key = (r['splits'], r['min_chunk'], r['block_t'])
+                totals[key] = totals.get(key, 0.0) + r['us_per_layer']
+    splits, min_chunk, block_t = min(totals, key=totals.get)
+    return {'splits': splits, 'min_chunk': min_chunk, 'block_t': block_t, 'num_warps': 4}
+
+
+def copy_bandwidth(device):
+    """Device-to-device copy, bytes read + written per second (GB/s)."""
+    a = torch.empty(2 * 1024 ** 3, dtype=torch.uint8, device=device)
+    b = torch.empty_like(a)
+    ms = timed(lambda: b.copy_(a))
+    return 2 * a.numel() / ms / 1e6
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--model', default='synthetic:llama-3.1-8b')
+    parser.add_argument('--contexts', default='2048,8192,16384')
+    parser.add_argument('--out', required=True)
+    args = parser.parse_args(argv)
+    device, dtype = torch.device('cuda'), torch.bfloat16
+    config = ModelConfig.from_hf(resolve(args.model).hf_config)
+    start = time.time()
+    report = {'model': args.model, 'gpu': torch.cuda.get_device_name(),
+              'copy_gbps': copy_bandwidth(device), 'gemv': [], 'attention': []}
+    for kind, n, k, copies in gemv_cases(config):
+        row = sweep_gemv(kind, n, k, copies, device, dtype)
+        report['gemv'].append(row)
+        print(f'{kind:>10} {n:>6}x{k:<6} best {row["best"]["gbps"]:7.0f} GB/s '
+              f'{row["best"]["config"]}  cuBLAS {row["cublas_gbps"]:7.0f} GB/s', flush=True)
+    contexts = [int(c) for c in args.contexts.split(',')]
+    report['attention'] = sweep_attention(config, contexts, device, dtype)
+    for row in report['attention']:
+        best = row['best']
+        print(f'attention ctx {row["ctx"]:>6}: {best["us_per_layer"]:6.1f} us/layer '
+              f'{best["gbps"]:6.0f} GB/s {best}', flush=True)
+    report['tuning'] = {
+        'attention': best_attention(report['attention']),
+        'gemv': [{'kind': r['kind'], 'n': r['n'], 'k': r['k'], **r['best']['config']}
+                 for r in report['gemv']]}
+    print('tuning:', json.dumps(report['tuning']))
+    report['sweep_s'] = time.time() - start
+    with open(args.out, 'w') as f:
+        json.dump(report, f, indent=1)
+    print(f'copy {report["copy_gbps"]:.0f} GB/s; sweep took {report["sweep_s"]:.0f} s')
+
+
+if __name__ == '__main__':
+    main()
