@@ -1,6 +1,7 @@
 """
-Issue 3's comparison on one GPU: transformers eager, transformers StaticCache + CUDA graph, our
-eager and our graphed engine, on the same synthetic weights, at several contexts.
+Compare the four decode backends on one GPU, on the same synthetic weights, at several contexts.
+
+transformers eager, transformers StaticCache + CUDA graph, our eager and our graphed engine.
 
 First a correctness check (our graphed step against transformers in bf16: logits error per step
 and greedy tokens, with the top-2 gap where they part), then per (backend, ctx) a fresh decoder,

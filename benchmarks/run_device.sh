@@ -5,6 +5,7 @@
 #   tests      the GPU-marked tests and the kernel tests, natively on the GPU
 #   sweep      kernel launch-shape sweep on the 8B shapes (benchmarks/kernel_sweep.py)
 #   compare    issue 3's comparison: hf, hf-graphed, eager, graphed at 2048/8192/16384
+#   profile    per-kernel time of one graphed step (benchmarks/profile_step.py)
 # Results and logs go to $OUT (the device tool brings that folder back).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -63,6 +64,13 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton._
       [ -f "$OUT/kernel_sweep.json" ] && tuning=(--tuning "$OUT/kernel_sweep.json")
       run compare 400 python3 benchmarks/engine_compare.py "${tuning[@]}" \
         --out "$OUT/engine_compare.json";;
+    profile)
+      tuning=()
+      [ -f "$OUT/kernel_sweep.json" ] && tuning=(--tuning "$OUT/kernel_sweep.json")
+      for ctx in 2048 16384; do
+        run profile_$ctx 120 python3 benchmarks/profile_step.py "${tuning[@]}" --ctx $ctx \
+          --out "$OUT/profile_$ctx.json"
+      done;;
     *) echo "unknown stage $stage";;
   esac
 done

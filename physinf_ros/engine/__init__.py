@@ -45,7 +45,8 @@ class Engine:
 
     def renew(self, backend: Optional[str] = None,
               log: Callable[[str], None] = lambda _: None) -> Decoder:
-        """Swap in a fresh decoder (new cache, new graphs) on the same loaded weights.
+        """
+        Swap in a fresh decoder (new cache, new graphs) on the same loaded weights.
 
         A benchmark session starts this way. backend may move within a family (eager and
         graphed, hf and hf-graphed) without loading the weights again.

@@ -51,8 +51,12 @@ class Decoder(Protocol):
     def prefill(self, token_ids: Sequence[int], sampling: Sampling) -> int:
         """Empty the cache, run the prompt and return the first chosen token."""
 
-    def step(self) -> int:
-        """Feed the last chosen token, return the next; raises ContextFull when full."""
+    def step(self, token: Optional[int] = None) -> int:
+        """
+        Feed the last chosen token (or `token`, to teacher-force), return the next.
+
+        Raises ContextFull when the context is full.
+        """
 
     def last_logits(self) -> torch.Tensor:
         """Float32 logits [vocab] from which the last token was chosen."""

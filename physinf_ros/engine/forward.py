@@ -55,13 +55,14 @@ class ForwardDecoder:
         return self._choose(logits)
 
     @torch.inference_mode()
-    def step(self) -> int:
+    def step(self, token: Optional[int] = None) -> int:
         if self._last_token is None:
             raise EngineError('step() before prefill()')
         # Prompt plus reply never exceed max_context tokens.
         if self._position + 1 >= self.info.max_context:
             raise ContextFull(f'context of {self.info.max_context} tokens is full')
-        ids = torch.tensor([[self._last_token]], dtype=torch.long, device=self.device)
+        fed = self._last_token if token is None else token
+        ids = torch.tensor([[fed]], dtype=torch.long, device=self.device)
         logits = self._forward(ids, self._position)
         self._position += 1
         return self._choose(logits)

@@ -199,7 +199,8 @@ def _chunk(length, SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, BLOCK_T: tl.co
 @triton.jit
 def _attn_split_kernel(Q, KC, VC, POS, MAXS, SUMS, ACCS, max_context, scale, group,
                        D: tl.constexpr, GROUP_P: tl.constexpr, BLOCK_T: tl.constexpr,
-                       SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, DOT: tl.constexpr):
+                       SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, DOT: tl.constexpr,
+                       PRECISION: tl.constexpr):
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
     length = tl.load(POS).to(tl.int32) + 1
@@ -221,14 +222,15 @@ def _attn_split_kernel(Q, KC, VC, POS, MAXS, SUMS, ACCS, max_context, scale, gro
             t_mask = t < end
             offsets = base + t[:, None] * D + d[None, :]
             k = tl.load(KC + offsets, mask=t_mask[:, None], other=0.0).to(DOT)
-            s = tl.dot(q, tl.trans(k), out_dtype=tl.float32) * scale
+            s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=tl.float32) * scale
             s = tl.where(t_mask[None, :], s, float('-inf'))
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
             alpha = tl.exp(m_i - m_new)
             p = tl.exp(s - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
             v = tl.load(VC + offsets, mask=t_mask[:, None], other=0.0).to(DOT)
-            acc = acc * alpha[:, None] + tl.dot(p.to(DOT), v, out_dtype=tl.float32)
+            acc = acc * alpha[:, None] + tl.dot(p.to(DOT), v, input_precision=PRECISION,
+                                                out_dtype=tl.float32)
             m_i = m_new
         out = (kv_head * SPLITS + split) * GROUP_P + g
         tl.store(MAXS + out, m_i, mask=g_mask)
@@ -255,11 +257,12 @@ def _attn_reduce_kernel(POS, MAXS, SUMS, ACCS, OUT, group, D: tl.constexpr,
 
 
 def rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor,
-               bias: Optional[torch.Tensor], eps: float) -> torch.Tensor:
-    """Return w @ rms_norm(x) (+ bias) as float32 [N]."""
+               bias: Optional[torch.Tensor], eps: float,
+               out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Return w @ rms_norm(x) (+ bias) as float32 [N], into out when given."""
     n, k = w.shape
     cfg = _config('rms_matvec', n, k)
-    y = torch.empty(n, device=x.device, dtype=torch.float32)
+    y = torch.empty(n, device=x.device, dtype=torch.float32) if out is None else out
     _matvec_kernel[(triton.cdiv(n, cfg.block_n), 1)](
         w, x, y, norm_w, bias if bias is not None else y, n, k, eps, HAS_NORM=True,
         HAS_BIAS=bias is not None, ACCUMULATE=False, BLOCK_N=cfg.block_n,
@@ -315,13 +318,14 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     maxs = torch.empty(kv_heads * splits * group_p, device=q.device, dtype=torch.float32)
     sums = torch.empty_like(maxs)
     accs = torch.empty(kv_heads * splits * group_p, dim, device=q.device, dtype=torch.float32)
-    # Matrix units in the cache dtype on the GPU; exact float32 where there are none.
+    # Matrix units in the cache dtype; a float32 cache gets full float32 products, not TF32.
     dot = tl.float32 if INTERPRET or k_cache.dtype == torch.float32 else (
         tl.bfloat16 if k_cache.dtype == torch.bfloat16 else tl.float16)
+    precision = 'ieee' if dot == tl.float32 else 'tf32'  # ignored for 16-bit operands
     _attn_split_kernel[(kv_heads, splits)](
         q, k_cache, v_cache, pos, maxs, sums, accs, max_context, dim ** -0.5, group, D=dim,
         GROUP_P=group_p, BLOCK_T=block_t, SPLITS=splits, MIN_CHUNK=min_chunk, DOT=dot,
-        num_warps=ATTENTION['num_warps'])
+        PRECISION=precision, num_warps=ATTENTION['num_warps'])
     out = torch.empty(heads, dim, device=q.device, dtype=torch.float32)
     _attn_reduce_kernel[(heads,)](
         pos, maxs, sums, accs, out, group, D=dim, GROUP_P=group_p, BLOCK_T=block_t,

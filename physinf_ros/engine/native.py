@@ -64,14 +64,13 @@ class NativeDecoder:
     @torch.inference_mode()
     def _body(self, greedy: bool) -> None:
         # The step as captured: everything on the device, nothing read back.
-        logits = decode_one_token(self.weights, self.cache, self.token, self.pos, self.cos,
-                                  self.sin, self.ops)
-        self.logits.copy_(logits)
+        decode_one_token(self.weights, self.cache, self.token, self.pos, self.cos, self.sin,
+                         self.ops, out=self.logits)
         if greedy:
-            chosen = torch.argmax(logits)
+            torch.argmax(self.logits, dim=0, keepdim=True, out=self.token)
         else:
-            chosen = sample(logits, self.temperature, self.top_p, self._generator)
-        self.token.copy_(chosen.view(1))
+            self.token.copy_(sample(self.logits, self.temperature, self.top_p,
+                                    self._generator).view(1))
         self.pos.add_(1)
 
     def _warm_up(self) -> None:
@@ -141,12 +140,14 @@ class NativeDecoder:
         self._started = True
         return int(first)
 
-    def step(self) -> int:
+    def step(self, token: Optional[int] = None) -> int:
         if not self._started:
             raise EngineError('step() before prefill()')
         # Prompt plus reply never exceed max_context tokens.
         if self._position + 1 >= self.info.max_context:
             raise ContextFull(f'context of {self.info.max_context} tokens is full')
+        if token is not None:
+            self.token.fill_(token)   # teacher forcing: one small copy before the step
         greedy = self._sampling.greedy
         if self.graphed:
             self._graph(greedy).replay()

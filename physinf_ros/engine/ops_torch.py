@@ -13,10 +13,11 @@ from .llama import rms_norm
 
 
 def rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor,
-               bias: Optional[torch.Tensor], eps: float) -> torch.Tensor:
-    """Return w @ rms_norm(x) (+ bias) as float32 [N]."""
-    y = torch.nn.functional.linear(rms_norm(x, norm_w, eps), w, bias)
-    return y.float()
+               bias: Optional[torch.Tensor], eps: float,
+               out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Return w @ rms_norm(x) (+ bias) as float32 [N], into out when given."""
+    y = torch.nn.functional.linear(rms_norm(x, norm_w, eps), w, bias).float()
+    return y if out is None else out.copy_(y)
 
 
 def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up: torch.Tensor,

@@ -1,0 +1,72 @@
+"""
+Show where one graphed decode step spends its time.
+
+Every kernel of the replayed graph, from the CUDA profiler, summed by kernel name, beside the
+step's wall time.
+
+    python3 benchmarks/profile_step.py --model synthetic:llama-3.1-8b --ctx 2048 --out prof.json
+"""
+
+import argparse
+import json
+import time
+
+from physinf_ros.engine import load, Sampling
+import torch
+from torch.profiler import profile, ProfilerActivity
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--model', default='synthetic:llama-3.1-8b')
+    parser.add_argument('--ctx', type=int, default=2048)
+    parser.add_argument('--steps', type=int, default=20)
+    parser.add_argument('--tuning', help='kernel_sweep.py output to apply first')
+    parser.add_argument('--out', required=True)
+    args = parser.parse_args(argv)
+    if args.tuning:
+        from physinf_ros.engine import kernels
+        kernels.apply_tuning(json.load(open(args.tuning))['tuning'])
+    engine = load(args.model, backend='graphed', max_context=args.ctx + 2 * args.steps + 16)
+    decoder = engine.decoder
+    decoder.prefill(torch.randint(0, 1000, (args.ctx,)).tolist(), Sampling())
+    for _ in range(5):
+        decoder.step()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        decoder.step()
+    wall_ms = (time.perf_counter() - start) * 1000 / args.steps
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(args.steps):
+            decoder.step()
+        torch.cuda.synchronize()
+    kernels = {}
+    spans = []
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            row = kernels.setdefault(event.name, {'count': 0, 'us': 0.0})
+            row['count'] += 1
+            row['us'] += event.device_time
+            spans.append((event.time_range.start, event.time_range.end))
+    busy_us = sum(r['us'] for r in kernels.values()) / args.steps
+    spans.sort()
+    gaps = [b[0] - a[1] for a, b in zip(spans, spans[1:]) if 0 <= b[0] - a[1] < 1000]
+    report = {'model': args.model, 'ctx': args.ctx, 'wall_ms_per_step': wall_ms,
+              'kernel_us_per_step': busy_us,
+              'kernels_per_step': sum(r['count'] for r in kernels.values()) / args.steps,
+              'median_gap_us': sorted(gaps)[len(gaps) // 2] if gaps else None,
+              'gap_us_per_step': sum(gaps) / args.steps,
+              'by_kernel': {name: {'count': r['count'] / args.steps, 'us': r['us'] / args.steps}
+                            for name, r in sorted(kernels.items(), key=lambda kv: -kv[1]['us'])}}
+    with open(args.out, 'w') as f:
+        json.dump(report, f, indent=1)
+    print(f'wall {wall_ms:.3f} ms/step; kernels {busy_us / 1000:.3f} ms in '
+          f'{report["kernels_per_step"]:.0f} launches; gaps {report["gap_us_per_step"]:.0f} us '
+          f'(median {report["median_gap_us"]} us)')
+    for name, row in list(report['by_kernel'].items())[:14]:
+        print(f'{row["us"]:9.1f} us {row["count"]:5.0f}x  {name[:90]}')
+
+
+if __name__ == '__main__':
+    main()
