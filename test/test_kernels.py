@@ -92,3 +92,21 @@ def test_whole_step_matches_the_torch_path():
         out = decode_one_token(weights, caches[1], token, pos, cos, sin, kernels)
         assert rel(out, ref) < 1e-5
         token = torch.argmax(ref).view(1)
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+def test_greedy_head_takes_the_argmax_in_the_gemv(dtype):
+    x, g = rand(96), rand(96, dtype=dtype)
+    w = rand(1000, 96, dtype=dtype)
+    logits = torch.empty(1000, device=DEVICE)
+    token = torch.zeros(1, dtype=torch.long, device=DEVICE)
+    pos = torch.tensor([41], dtype=torch.int32, device=DEVICE)
+    kernels.greedy_head(x, g, w, 1e-5, logits, token, pos)
+    assert rel(logits, ops_torch.rms_matvec(x, g, w, None, 1e-5)) < TOL[dtype]
+    assert token.item() == torch.argmax(logits).item()
+    assert pos.item() == 42
+    # A tie: a later row equal to the best one; the lower index wins, as with torch.argmax.
+    best = torch.argmax(logits).item()
+    w[999 if best < 999 else 0] = w[best]
+    kernels.greedy_head(x, g, w, 1e-5, logits, token, pos)
+    assert token.item() == min(best, 0 if best == 999 else best) and pos.item() == 43

@@ -9,7 +9,11 @@ step has few launches:
   matvec_add        split-K GEMV accumulated atomically into the float32 residual
   rope_and_cache    RoPE on q and k, k and v stored into the static cache at `pos`
   decode_attention  split-K GQA attention over the filled cache (flash-decoding), + reduce
-`pos` is read on the device, so one captured graph serves every position. With
+  greedy_head       final RMSNorm + lm_head GEMV with the argmax folded into its epilogue
+`pos` is read on the device, so one captured graph serves every position. On Hopper every
+kernel is launched with programmatic dependent launch (PDL): it is scheduled while its
+predecessor drains, reads its first weight tile, and only then waits for the predecessor's
+results, which hides most of the gap between the ~230 kernels of a step. With
 TRITON_INTERPRET=1 the same kernels run on the CPU, which is how CI checks them.
 """
 
@@ -20,8 +24,19 @@ from typing import Dict, Optional, Tuple
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 INTERPRET = os.environ.get('TRITON_INTERPRET') == '1'
+_PDL = {}   # device index -> launch with PDL (Hopper and later, never in the interpreter)
+
+
+def _pdl(device: torch.device) -> dict:
+    """Launch options and the PDL constexpr for kernels on device."""
+    index = device.index if device.index is not None else 0
+    if index not in _PDL:
+        _PDL[index] = (not INTERPRET and device.type == 'cuda'
+                       and torch.cuda.get_device_capability(index)[0] >= 9)
+    return {'PDL': True, 'launch_pdl': True} if _PDL[index] else {'PDL': False}
 
 
 @dataclass(frozen=True)
@@ -79,6 +94,15 @@ def _even(n: int, k: int, cfg: GemvConfig) -> bool:
 
 
 @triton.jit
+def _grid_sync(PDL: tl.constexpr):
+    # Under PDL this kernel may run before its predecessor has finished: wait for its results
+    # here, before reading anything it wrote, and let the next kernel start launching.
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+
+
+@triton.jit
 def _rstd(X, K, eps, BLOCK_K: tl.constexpr):
     acc = tl.zeros([BLOCK_K], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
@@ -110,25 +134,40 @@ def _input(X, NORM, cols, col_mask, rstd, HAS_NORM: tl.constexpr, WDTYPE: tl.con
 
 
 @triton.jit
-def _matvec_kernel(W, X, Y, NORM, BIAS, N, K, eps,
+def _tile(rows_ptr, row_mask, k0, k_end, BLOCK_K: tl.constexpr, EVEN: tl.constexpr):
+    # One [rows, BLOCK_K] weight tile at column k0; all zeros once k0 passes k_end. The "past
+    # the end" test is one scalar, so whole tiles still load as 16-byte vectors.
+    cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
+    inside = k0 < k_end
+    if EVEN:
+        return tl.load(rows_ptr + cols[None, :], mask=inside, other=0.0)
+    mask = row_mask[:, None] & (cols < k_end)[None, :] & inside
+    return tl.load(rows_ptr + cols[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
                    HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, ACCUMULATE: tl.constexpr,
-                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-                   EVEN: tl.constexpr):
+                   HAS_ARGMAX: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                   SPLIT_K: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
-    rstd = 1.0
-    if HAS_NORM:
-        rstd = _rstd(X, K, eps, BLOCK_K)
     k_len = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
     k_start = tl.program_id(1) * k_len
     k_end = tl.minimum(k_start + k_len, K)
     w_rows = W + rows.to(tl.int64)[:, None] * K
+    # Weights never depend on the previous kernel: the first tile is in flight before the wait.
+    w_next = _tile(w_rows, row_mask, k_start, k_end, BLOCK_K, EVEN)
+    _grid_sync(PDL)
+    rstd = 1.0
+    if HAS_NORM:
+        rstd = _rstd(X, K, eps, BLOCK_K)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for k0 in range(k_start, k_end, BLOCK_K):
+        w = w_next
+        w_next = _tile(w_rows, row_mask, k0 + BLOCK_K, k_end, BLOCK_K, EVEN)  # keep 2 in flight
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
-        col_mask = cols < k_end
-        x = _input(X, NORM, cols, col_mask, rstd, HAS_NORM, W.dtype.element_ty, EVEN)
-        w = _load(w_rows + cols[None, :], row_mask[:, None] & col_mask[None, :], EVEN)
+        x = _input(X, NORM, cols, cols < k_end, rstd, HAS_NORM, W.dtype.element_ty, EVEN)
         acc += w.to(tl.float32) * x[None, :]
     y = tl.sum(acc, axis=1)
     if ACCUMULATE:
@@ -137,25 +176,39 @@ def _matvec_kernel(W, X, Y, NORM, BIAS, N, K, eps,
         if HAS_BIAS:
             y += tl.load(BIAS + rows, mask=row_mask, other=0.0).to(tl.float32)
         tl.store(Y + rows, y, mask=row_mask)
+    if HAS_ARGMAX:
+        # Greedy choice in the epilogue: each program offers its best row to one 64-bit
+        # atomic max, the logit's bits (made to order like the float) above the row index
+        # (inverted, so ties go to the lowest index, as torch.argmax does).
+        y = tl.where(row_mask, y, float('-inf'))
+        best = tl.max(y, axis=0)
+        row = tl.min(tl.where(y == best, rows, N), axis=0)
+        bits = best.to(tl.int32, bitcast=True)
+        key = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+        tl.atomic_max(ARGMAX, (key.to(tl.int64) << 32) | (0xFFFFFFFF - row.to(tl.int64)))
 
 
 @triton.jit
 def _gate_up_kernel(W, X, Y, NORM, N, K, eps, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    EVEN: tl.constexpr):
+                    EVEN: tl.constexpr, PDL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
-    rstd = _rstd(X, K, eps, BLOCK_K)
     gate_rows = W + rows.to(tl.int64)[:, None] * K
     up_rows = gate_rows + N * K
+    gate_next = _tile(gate_rows, row_mask, 0, K, BLOCK_K, EVEN)
+    up_next = _tile(up_rows, row_mask, 0, K, BLOCK_K, EVEN)
+    _grid_sync(PDL)
+    rstd = _rstd(X, K, eps, BLOCK_K)
     acc_gate = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
+        w_gate, w_up = gate_next, up_next
+        gate_next = _tile(gate_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN)
+        up_next = _tile(up_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN)
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
-        col_mask = cols < K
-        mask = row_mask[:, None] & col_mask[None, :]
-        x = _input(X, NORM, cols, col_mask, rstd, True, W.dtype.element_ty, EVEN)[None, :]
-        acc_gate += _load(gate_rows + cols[None, :], mask, EVEN).to(tl.float32) * x
-        acc_up += _load(up_rows + cols[None, :], mask, EVEN).to(tl.float32) * x
+        x = _input(X, NORM, cols, cols < K, rstd, True, W.dtype.element_ty, EVEN)[None, :]
+        acc_gate += w_gate.to(tl.float32) * x
+        acc_up += w_up.to(tl.float32) * x
     gate = tl.sum(acc_gate, axis=1)
     up = tl.sum(acc_up, axis=1)
     tl.store(Y + rows, gate * tl.sigmoid(gate) * up, mask=row_mask)
@@ -163,7 +216,8 @@ def _gate_up_kernel(W, X, Y, NORM, N, K, eps, BLOCK_N: tl.constexpr, BLOCK_K: tl
 
 @triton.jit
 def _rope_cache_kernel(QKV, POS, COS, SIN, KC, VC, QOUT, num_heads, kv_heads, max_context,
-                       HALF: tl.constexpr):
+                       HALF: tl.constexpr, PDL: tl.constexpr):
+    _grid_sync(PDL)
     head = tl.program_id(0)
     pos = tl.load(POS).to(tl.int64)
     d = tl.arange(0, HALF)
@@ -200,7 +254,8 @@ def _chunk(length, SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, BLOCK_T: tl.co
 def _attn_split_kernel(Q, KC, VC, POS, MAXS, SUMS, ACCS, max_context, scale, group,
                        D: tl.constexpr, GROUP_P: tl.constexpr, BLOCK_T: tl.constexpr,
                        SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, DOT: tl.constexpr,
-                       PRECISION: tl.constexpr):
+                       PRECISION: tl.constexpr, PDL: tl.constexpr):
+    _grid_sync(PDL)   # in every program, also those with no keys: the chain of waits must hold
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
     length = tl.load(POS).to(tl.int32) + 1
@@ -241,7 +296,8 @@ def _attn_split_kernel(Q, KC, VC, POS, MAXS, SUMS, ACCS, max_context, scale, gro
 @triton.jit
 def _attn_reduce_kernel(POS, MAXS, SUMS, ACCS, OUT, group, D: tl.constexpr,
                         GROUP_P: tl.constexpr, BLOCK_T: tl.constexpr, SPLITS: tl.constexpr,
-                        MIN_CHUNK: tl.constexpr):
+                        MIN_CHUNK: tl.constexpr, PDL: tl.constexpr):
+    _grid_sync(PDL)
     head = tl.program_id(0)
     length = tl.load(POS).to(tl.int32) + 1
     active = tl.cdiv(length, _chunk(length, SPLITS, MIN_CHUNK, BLOCK_T))
@@ -256,18 +312,41 @@ def _attn_reduce_kernel(POS, MAXS, SUMS, ACCS, OUT, group, D: tl.constexpr,
     tl.store(OUT + head * D + d, tl.sum(acc * weight[:, None], axis=0) / total)
 
 
+@triton.jit
+def _greedy_finish_kernel(PACKED, TOKEN, POS, PDL: tl.constexpr):
+    _grid_sync(PDL)
+    packed = tl.load(PACKED)
+    tl.store(TOKEN, 0xFFFFFFFF - (packed & 0xFFFFFFFF))
+    tl.store(POS, tl.load(POS) + 1)
+
+
+def _matvec(w, x, y, norm_w, bias, eps, kind, accumulate=False, argmax=None):
+    n, k = w.shape
+    cfg = _config(kind, n, k)
+    split_k = cfg.split_k if accumulate else 1
+    _matvec_kernel[(triton.cdiv(n, cfg.block_n), split_k)](
+        w, x, y, norm_w if norm_w is not None else x, bias if bias is not None else y,
+        argmax if argmax is not None else y, n, k, eps, HAS_NORM=norm_w is not None,
+        HAS_BIAS=bias is not None, ACCUMULATE=accumulate, HAS_ARGMAX=argmax is not None,
+        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=split_k, EVEN=_even(n, k, cfg),
+        num_warps=cfg.num_warps, **_pdl(x.device))
+
+
 def rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor,
                bias: Optional[torch.Tensor], eps: float,
                out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Return w @ rms_norm(x) (+ bias) as float32 [N], into out when given."""
-    n, k = w.shape
-    cfg = _config('rms_matvec', n, k)
-    y = torch.empty(n, device=x.device, dtype=torch.float32) if out is None else out
-    _matvec_kernel[(triton.cdiv(n, cfg.block_n), 1)](
-        w, x, y, norm_w, bias if bias is not None else y, n, k, eps, HAS_NORM=True,
-        HAS_BIAS=bias is not None, ACCUMULATE=False, BLOCK_N=cfg.block_n,
-        BLOCK_K=cfg.block_k, SPLIT_K=1, EVEN=_even(n, k, cfg), num_warps=cfg.num_warps)
+    y = torch.empty(w.shape[0], device=x.device, dtype=torch.float32) if out is None else out
+    _matvec(w, x, y, norm_w, bias, eps, 'rms_matvec')
     return y
+
+
+def greedy_head(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, eps: float,
+                logits: torch.Tensor, token: torch.Tensor, pos: torch.Tensor) -> None:
+    """Write the logits, their argmax into token, and advance pos: the greedy step's end."""
+    packed = torch.full((1,), -2 ** 63, device=x.device, dtype=torch.int64)
+    _matvec(w, x, logits, norm_w, None, eps, 'rms_matvec', argmax=packed)
+    _greedy_finish_kernel[(1,)](packed, token, pos, num_warps=1, **_pdl(x.device))
 
 
 def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up: torch.Tensor,
@@ -279,18 +358,13 @@ def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up: torch.Ten
     y = torch.empty(n, device=x.device, dtype=torch.float32)
     _gate_up_kernel[(triton.cdiv(n, cfg.block_n),)](
         w_gate_up, x, y, norm_w, n, k, eps, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        EVEN=_even(n, k, cfg), num_warps=cfg.num_warps)
+        EVEN=_even(n, k, cfg), num_warps=cfg.num_warps, **_pdl(x.device))
     return y
 
 
 def matvec_add(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor) -> None:
     """Add w @ a into x in place (the residual connection)."""
-    n, k = w.shape
-    cfg = _config('matvec_add', n, k)
-    _matvec_kernel[(triton.cdiv(n, cfg.block_n), cfg.split_k)](
-        w, a, x, x, x, n, k, 0.0, HAS_NORM=False, HAS_BIAS=False, ACCUMULATE=True,
-        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=cfg.split_k,
-        EVEN=_even(n, k, cfg), num_warps=cfg.num_warps)
+    _matvec(w, a, x, None, None, 0.0, 'matvec_add', accumulate=True)
 
 
 def rope_and_cache(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -300,7 +374,7 @@ def rope_and_cache(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
     q = torch.empty(num_heads, dim, device=qkv.device, dtype=torch.float32)
     _rope_cache_kernel[(num_heads + kv_heads,)](
         qkv, pos, cos, sin, k_cache, v_cache, q, num_heads, kv_heads, max_context,
-        HALF=dim // 2, num_warps=1)
+        HALF=dim // 2, num_warps=1, **_pdl(qkv.device))
     return q
 
 
@@ -322,12 +396,13 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     dot = tl.float32 if INTERPRET or k_cache.dtype == torch.float32 else (
         tl.bfloat16 if k_cache.dtype == torch.bfloat16 else tl.float16)
     precision = 'ieee' if dot == tl.float32 else 'tf32'  # ignored for 16-bit operands
+    pdl = _pdl(q.device)
     _attn_split_kernel[(kv_heads, splits)](
         q, k_cache, v_cache, pos, maxs, sums, accs, max_context, dim ** -0.5, group, D=dim,
         GROUP_P=group_p, BLOCK_T=block_t, SPLITS=splits, MIN_CHUNK=min_chunk, DOT=dot,
-        PRECISION=precision, num_warps=ATTENTION['num_warps'])
+        PRECISION=precision, num_warps=ATTENTION['num_warps'], **pdl)
     out = torch.empty(heads, dim, device=q.device, dtype=torch.float32)
     _attn_reduce_kernel[(heads,)](
         pos, maxs, sums, accs, out, group, D=dim, GROUP_P=group_p, BLOCK_T=block_t,
-        SPLITS=splits, MIN_CHUNK=min_chunk, num_warps=4)
+        SPLITS=splits, MIN_CHUNK=min_chunk, num_warps=4, **pdl)
     return out.view(-1)

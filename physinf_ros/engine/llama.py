@@ -263,15 +263,14 @@ def prefill(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
     return F.linear(last, w.lm_head)[0].float()
 
 
-def decode_one_token(w: Weights, cache: KVCache, token: torch.Tensor, pos: torch.Tensor,
-                     cos: torch.Tensor, sin: torch.Tensor, ops,
-                     out: Optional[torch.Tensor] = None) -> torch.Tensor:
+def decode_layers(w: Weights, cache: KVCache, token: torch.Tensor, pos: torch.Tensor,
+                  cos: torch.Tensor, sin: torch.Tensor, ops) -> torch.Tensor:
     """
-    One step: token [1] (long) at position pos [1] (int32), both on the device.
+    Run every layer for token [1] (long) at position pos [1] (int32), both on the device.
 
-    Writes this token's keys and values into the cache and returns float32 logits [vocab]
-    (into out when given).
-    Nothing here reads a device value on the host, so the step can be captured in a graph.
+    Writes this token's keys and values into the cache and returns the float32 residual [H]
+    (before the final norm). Nothing here reads a device value on the host, so the step can be
+    captured in a graph.
     """
     c = w.config
     x = w.embed.index_select(0, token).float().view(-1)            # [H] residual
@@ -282,4 +281,11 @@ def decode_one_token(w: Weights, cache: KVCache, token: torch.Tensor, pos: torch
         ops.matvec_add(x, attn, layer.wo)                          # x += wo @ attn
         h = ops.rms_gate_up_silu(x, layer.mlp_norm, layer.w_gate_up, c.rms_norm_eps)
         ops.matvec_add(x, h, layer.w_down)                         # x += w_down @ h
-    return ops.rms_matvec(x, w.norm, w.lm_head, None, c.rms_norm_eps, out)
+    return x
+
+
+def decode_one_token(w: Weights, cache: KVCache, token: torch.Tensor, pos: torch.Tensor,
+                     cos: torch.Tensor, sin: torch.Tensor, ops) -> torch.Tensor:
+    """One decode step (see decode_layers); returns float32 logits [vocab]."""
+    x = decode_layers(w, cache, token, pos, cos, sin, ops)
+    return ops.rms_matvec(x, w.norm, w.lm_head, None, w.config.rms_norm_eps)

@@ -18,7 +18,7 @@ import torch
 
 from . import ops_torch
 from .base import ContextFull, DecoderInfo, EngineError, Sampling
-from .llama import decode_one_token, KVCache, prefill, rope_tables, Weights
+from .llama import decode_layers, KVCache, prefill, rope_tables, Weights
 from .sampling import choose, make_generator, sample
 
 
@@ -64,13 +64,14 @@ class NativeDecoder:
     @torch.inference_mode()
     def _body(self, greedy: bool) -> None:
         # The step as captured: everything on the device, nothing read back.
-        decode_one_token(self.weights, self.cache, self.token, self.pos, self.cos, self.sin,
-                         self.ops, out=self.logits)
+        w = self.weights
+        x = decode_layers(w, self.cache, self.token, self.pos, self.cos, self.sin, self.ops)
+        eps = w.config.rms_norm_eps
         if greedy:
-            torch.argmax(self.logits, dim=0, keepdim=True, out=self.token)
-        else:
-            self.token.copy_(sample(self.logits, self.temperature, self.top_p,
-                                    self._generator).view(1))
+            self.ops.greedy_head(x, w.norm, w.lm_head, eps, self.logits, self.token, self.pos)
+            return
+        self.ops.rms_matvec(x, w.norm, w.lm_head, None, eps, out=self.logits)
+        self.token.copy_(sample(self.logits, self.temperature, self.top_p, self._generator))
         self.pos.add_(1)
 
     def _warm_up(self) -> None:

@@ -20,6 +20,14 @@ def rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor,
     return y if out is None else out.copy_(y)
 
 
+def greedy_head(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, eps: float,
+                logits: torch.Tensor, token: torch.Tensor, pos: torch.Tensor) -> None:
+    """Write the logits, their argmax into token, and advance pos: the greedy step's end."""
+    rms_matvec(x, norm_w, w, None, eps, out=logits)
+    torch.argmax(logits, dim=0, keepdim=True, out=token)
+    pos.add_(1)
+
+
 def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up: torch.Tensor,
                      eps: float) -> torch.Tensor:
     """Return silu(gate) * up for [gate; up] = w_gate_up @ rms_norm(x), float32 [I]."""

@@ -27,14 +27,16 @@ def make_generator(sampling: Sampling, device: torch.device) -> Optional[torch.G
 
 def sample(logits: torch.Tensor, temperature: Number, top_p: Number,
            generator: Optional[torch.Generator] = None) -> torch.Tensor:
-    """Draw one token id from logits [vocab]; returns a 0-d long tensor on logits' device."""
+    """Draw one token id from logits [vocab]; returns a long tensor [1] on logits' device."""
     probs = torch.softmax(logits.float() / temperature, dim=-1)
     sorted_probs, order = torch.sort(probs, descending=True)
     # Keep the smallest prefix whose mass reaches top_p; the most likely token always stays.
     outside = (torch.cumsum(sorted_probs, dim=-1) - sorted_probs) >= top_p
     sorted_probs = sorted_probs.masked_fill(outside, 0.0)
     race = torch.empty_like(sorted_probs).exponential_(generator=generator)
-    return order[torch.argmax(sorted_probs / race)]
+    # index_select, not order[i]: indexing with a 0-d tensor reads it on the host, which a
+    # graph capture forbids.
+    return order.index_select(0, torch.argmax(sorted_probs / race, dim=-1, keepdim=True))
 
 
 def choose(logits: torch.Tensor, sampling: Sampling,
