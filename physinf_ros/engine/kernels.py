@@ -137,7 +137,7 @@ def _input(X, NORM, cols, col_mask, rstd, HAS_NORM: tl.constexpr, WDTYPE: tl.con
 def _tile(rows_ptr, row_mask, k0, k_end, BLOCK_K: tl.constexpr, EVEN: tl.constexpr):
     # One [rows, BLOCK_K] weight tile at column k0; all zeros once k0 passes k_end. The "past
     # the end" test is one scalar, so whole tiles still load as 16-byte vectors.
-    cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
+    cols = tl.max_contiguous(tl.multiple_of(k0 + tl.arange(0, BLOCK_K), BLOCK_K), BLOCK_K)
     inside = k0 < k_end
     if EVEN:
         return tl.load(rows_ptr + cols[None, :], mask=inside, other=0.0)
