@@ -73,6 +73,8 @@ def test_csv_and_table(bench):
         rows = list(csv.DictReader(f))
     assert len(rows) == 4 and set(rows[0]) == set(results.CSV_FIELDS)
     assert json.loads(out.read_text())['cells'][0]['mode'] == rows[0]['mode']
+    assert rows[0]['torch'] and rows[0]['cpu'] and rows[0]['gpu'] == ''
+    assert rows[0]['schema_version'] == str(results.SCHEMA_VERSION)
     assert 'R_floor' in result.stdout and str(out) in result.stdout
     assert result.stdout.count('[') >= 2   # speedup [CI] of the two graphed cells
 

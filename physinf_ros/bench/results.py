@@ -3,7 +3,7 @@ Results files: one record per cell with its roofline figures, the machine's fact
 
 The JSON document is versioned (`schema`, `schema_version`) and keeps every measured step, so
 a later reader can recompute any statistic. The CSV beside it has one row per cell, without the
-per-step samples, for spreadsheets.
+per-step samples, each row carrying the machine facts (GPU, driver, CPU, torch, commit).
 """
 
 import csv
@@ -32,7 +32,10 @@ CSV_FIELDS = (
     'model', 'target', 'B_peak_gbs', 'bandwidth_measured', 'mode', 'backend', 'device', 'dtype',
     'ctx', 'sessions', 'steps', 'step_ms_p50', 'step_ms_p10', 'step_ms_p90', 't_floor_ms',
     'R_floor', 'tokens_per_s', 'cost_per_mtok', 'price_per_hour', 'W_bytes', 'W_all_bytes',
-    'K_bytes', 'baseline', 'speedup', 'ci95_lo', 'ci95_hi', 'launch_fraction', 'prefill_ms_median')
+    'K_bytes', 'baseline', 'speedup', 'ci95_lo', 'ci95_hi', 'launch_fraction', 'prefill_ms_median',
+    # The file's facts, repeated on every row so a row read alone still says where it came from.
+    'schema_version', 'created_utc', 'gpu', 'gpu_driver', 'cpu', 'torch', 'transformers',
+    'physinf_ros_commit')
 
 
 def _finite(value):
@@ -144,11 +147,18 @@ def write(doc: Dict[str, object], json_path: Path) -> Tuple[Path, Path]:
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(doc, indent=1, allow_nan=False) + '\n')
     csv_path = json_path.with_suffix('.csv')
+    machine = doc['machine']
+    facts = {'schema_version': doc['schema_version'], 'created_utc': doc['created_utc'],
+             'gpu': machine.get('gpu'), 'gpu_driver': machine.get('gpu_driver'),
+             'cpu': machine.get('cpu'), 'torch': machine['packages'].get('torch'),
+             'transformers': machine['packages'].get('transformers'),
+             'physinf_ros_commit': machine.get('physinf_ros_commit')}
     with open(csv_path, 'w', newline='') as out:
         writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, extrasaction='ignore')
         writer.writeheader()
         for record in doc['cells']:
-            writer.writerow({k: '' if record.get(k) is None else record[k] for k in CSV_FIELDS})
+            row = {**facts, **record}
+            writer.writerow({k: '' if row.get(k) is None else row[k] for k in CSV_FIELDS})
     return json_path, csv_path
 
 
