@@ -26,6 +26,9 @@ setup(
             'decoder_node = physinf_ros.nodes.decoder_node:main',
             'prompt_client = physinf_ros.nodes.prompt_client:main',
             'physinf-generate = physinf_ros.cli:generate_main',
+            'physinf-bench = physinf_ros.bench.cli:bench_main',
+            'physinf-report = physinf_ros.bench.report:main',
+            'benchmark_node = physinf_ros.nodes.benchmark_node:main',
         ],
     },
 )

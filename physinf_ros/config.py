@@ -62,6 +62,12 @@ def check(name: str, value: Any) -> Optional[str]:
     param = PARAMS_BY_NAME.get(name)
     if param is None:
         return f'unknown parameter {name!r}'
+    return check_value(param, value)
+
+
+def check_value(param: Param, value: Any) -> Optional[str]:
+    """Why value is not acceptable for param (type, choices, range, format), or None."""
+    name = param.name
     if type(value) is not type(param.default):
         return (f'{name} must be a {type(param.default).__name__}, '
                 f'got {type(value).__name__} {value!r}')

@@ -1,9 +1,11 @@
-"""Latency statistics shared by the nodes and the benchmark: percentiles over a window."""
+"""Latency statistics shared by the nodes and the benchmark: percentiles, bootstrap CIs."""
 
 from collections import deque
 import math
 import threading
-from typing import Dict, Iterable
+from typing import Dict, Iterable, Sequence, Tuple
+
+import numpy as np
 
 
 def percentile(values: Iterable[float], q: float) -> float:
@@ -35,3 +37,23 @@ class LatencyWindow:
         return {'p50': p50, 'p90': percentile(values, 90), 'p99': percentile(values, 99),
                 'tokens_per_s': 1000.0 / p50 if values and p50 > 0 else float('nan'),
                 'count': len(values)}
+
+
+def bootstrap_ratio_ci(a: Sequence[float], b: Sequence[float], confidence: float = 0.95,
+                       resamples: int = 10000, seed: int = 0) -> Tuple[float, float, float]:
+    """
+    Return mean(a) / mean(b) and its percentile bootstrap confidence interval.
+
+    a[i] and b[i] are paired (measured in the same session slot, so drift between slots
+    affects both alike): each resample draws slot indices with replacement and keeps the pairs
+    together. Returns (ratio, low, high); with one pair the interval is the point itself.
+    """
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape or a.ndim != 1 or a.size == 0:
+        raise ValueError(f'need two equally long, non-empty samples; got {a.size} and {b.size}')
+    ratio = float(a.mean() / b.mean())
+    picks = np.random.default_rng(seed).integers(0, a.size, size=(resamples, a.size))
+    ratios = a[picks].mean(axis=1) / b[picks].mean(axis=1)
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    low, high = np.percentile(ratios, [tail, 100.0 - tail])
+    return ratio, float(low), float(high)

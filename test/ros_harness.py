@@ -34,8 +34,10 @@ def installed_command(script, module):
     return [found] if found else [sys.executable, '-m', module]
 
 
-class DecoderProcess:
-    """decoder_node started with parameters in a private namespace; logs go to a file."""
+class NodeProcess:
+    """A node's console script started with parameters in a private namespace; logs to a file."""
+
+    script, module = 'decoder_node', 'physinf_ros.nodes.decoder_node'
 
     def __init__(self, namespace, log_path, **params):
         args = ['--ros-args', '-r', f'__ns:={namespace}']
@@ -43,7 +45,7 @@ class DecoderProcess:
             args += ['-p', f'{name}:={json.dumps(value)}']
         self.log_path = log_path
         self._log = open(log_path, 'w')
-        command = installed_command('decoder_node', 'physinf_ros.nodes.decoder_node')
+        command = installed_command(self.script, self.module)
         self.proc = subprocess.Popen(command + args, stdout=self._log, stderr=subprocess.STDOUT)
 
     def log(self):
@@ -62,6 +64,16 @@ class DecoderProcess:
             self.proc.kill()
             self.proc.wait()
         self._log.close()
+
+
+class DecoderProcess(NodeProcess):
+    """decoder_node in its own process."""
+
+
+class BenchmarkProcess(NodeProcess):
+    """benchmark_node in its own process."""
+
+    script, module = 'benchmark_node', 'physinf_ros.nodes.benchmark_node'
 
 
 class Probe(Node):
@@ -113,9 +125,9 @@ class Probe(Node):
 class Harness:
     """rclpy in this process, the probe spinning in a background thread."""
 
-    def __init__(self, namespace):
+    def __init__(self, namespace, probe_class=Probe):
         rclpy.init()
-        self.probe = Probe(namespace)
+        self.probe = probe_class(namespace)
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(self.probe)
         self.thread = threading.Thread(target=self.executor.spin, daemon=True)

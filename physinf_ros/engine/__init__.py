@@ -44,12 +44,14 @@ class Engine:
         return encode_prompt(self.tokenizer, text, use_chat_template, system_prompt)
 
     def renew(self, backend: Optional[str] = None,
-              log: Callable[[str], None] = lambda _: None) -> Decoder:
+              log: Callable[[str], None] = lambda _: None,
+              max_context: Optional[int] = None) -> Decoder:
         """
         Swap in a fresh decoder (new cache, new graphs) on the same loaded weights.
 
         A benchmark session starts this way. backend may move within a family (eager and
-        graphed, hf and hf-graphed) without loading the weights again.
+        graphed, hf and hf-graphed) without loading the weights again; max_context resizes
+        the new KV cache (a static cache is then only as long as the cell needs).
         """
         old = self.decoder
         name = pick_backend(backend or old.info.backend, old.device, log)
@@ -57,7 +59,8 @@ class Engine:
         if name not in family:
             raise EngineError(f'cannot renew a {old.info.backend} decoder as {name}: '
                               f'load the model again with backend {name}')
-        info, device = replace(old.info, backend=name), old.device
+        info = replace(old.info, backend=name, max_context=max_context or old.info.max_context)
+        device = old.device
         shared = old.model if name in ('hf', 'hf-graphed') else old.weights
         # Let the old cache and graphs go before the new ones are made.
         self.decoder = old = None

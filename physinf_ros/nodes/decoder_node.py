@@ -25,6 +25,7 @@ from std_srvs.srv import Trigger
 
 from ..config import check, DECODER_PARAMS
 from ..engine import EngineError, load, Sampling
+from ..roofline import LiveFloor
 from ..stats import LatencyWindow
 
 # Tokens must all arrive, in order, even when a subscriber lags a little: reliable and deep.
@@ -88,6 +89,7 @@ class DecoderNode(Node):
         self.get_logger().info(
             f'ready in {self.engine.load_s:.1f} s: {info.model} on {info.device}, '
             f'backend {info.backend}, {info.dtype}' + (f' ({info.note})' if info.note else ''))
+        self._floor = LiveFloor(self.engine.decoder, log=self.get_logger().info)
 
         self._queue: queue.Queue = queue.Queue(maxsize=s['queue_size'])
         self._next_id = 1
@@ -231,6 +233,8 @@ class DecoderNode(Node):
             'step_ms_p99': summary['p99'], 'tokens_per_s': summary['tokens_per_s'],
             'requests_finished': self._counts['finished'],
             'requests_rejected': self._counts['rejected'], 'errors': self._counts['errors'],
+            # t_floor at the context now in the KV cache, against the windowed step p50.
+            **self._floor.values(self.engine.decoder.position, summary['p50']),
         }
         status = DiagnosticStatus(
             level=DiagnosticStatus.OK, name=f'{self.get_fully_qualified_name()}: decoder',

@@ -1,0 +1,139 @@
+"""physinf-bench: run the protocol, print a short table, write the results as JSON + CSV."""
+
+import argparse
+from pathlib import Path
+import sys
+from typing import Dict, List
+
+from . import protocol, results
+from .benchmark import BenchListener, Benchmark
+from .protocol import Plan
+from ..engine import BACKENDS, EMBEDDED, EngineError
+
+MODE_CHOICES = [b for b in BACKENDS if b != 'auto']
+
+
+def _log(message: str) -> None:
+    print(f'[physinf] {message}', file=sys.stderr, flush=True)
+
+
+class ProgressBar(BenchListener):
+    """A progress bar over sessions on stderr, with the last session's median step."""
+
+    def __init__(self, total: int):
+        from tqdm import tqdm
+        self.bar = tqdm(total=total, unit='session', file=sys.stderr, dynamic_ncols=True)
+
+    def session(self, mode, ctx, session) -> None:
+        self.bar.set_description(f'{mode} ctx {ctx}')
+        self.bar.set_postfix_str(f'{session.median_ms:.3f} ms/step')
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def table(records: List[Dict[str, object]]) -> str:
+    """Return a short fixed-width summary of the cells."""
+    def fmt(value, spec):
+        return format(value, spec) if value is not None else '-'
+
+    lines = [f'{"mode":<12} {"ran as":<11} {"ctx":>6} {"ms/step":>9} {"t_floor":>8} '
+             f'{"R_floor":>7} {"tok/s":>8} {"speedup [95% CI]":>24}']
+    for r in records:
+        speedup = '-' if r['speedup'] is None else (
+            f'{r["speedup"]:.3f} [{r["ci95_lo"]:.3f}, {r["ci95_hi"]:.3f}]')
+        lines.append(f'{r["mode"]:<12} {r["backend"]:<11} {r["ctx"]:>6} '
+                     f'{fmt(r["step_ms_p50"], ".3f"):>9} {fmt(r["t_floor_ms"], ".3f"):>8} '
+                     f'{fmt(r["R_floor"], ".3f"):>7} {fmt(r["tokens_per_s"], ".1f"):>8} '
+                     f'{speedup:>24}')
+    return '\n'.join(lines)
+
+
+def bench_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog='physinf-bench',
+        description="Measure batch-1 decode steps (the paper's protocol): per cell (mode, "
+                    'context) fresh sessions of warm-up then measured steps; A/B of each mode '
+                    "against the first with a bootstrap 95% CI; R_floor against the target's "
+                    'datasheet bandwidth. Writes JSON and a CSV beside it.')
+    parser.add_argument('--model', default=EMBEDDED,
+                        help='embedded, synthetic:ARCH, a .gguf file, a model directory or a '
+                             'hub id ORG/NAME (default: embedded)')
+    parser.add_argument('--backend', choices=MODE_CHOICES,
+                        help='measure this one backend (same as --modes NAME)')
+    parser.add_argument('--modes', help='comma-separated backends to compare, the first is the '
+                        'baseline (default: eager,graphed); any of ' + ', '.join(MODE_CHOICES))
+    parser.add_argument('--contexts', default='2048,4096,8192,16384',
+                        help='comma-separated context lengths filled by a real prefill')
+    parser.add_argument('--steps', type=int, default=30, help='measured steps per session')
+    parser.add_argument('--warmup', type=int, default=5, help='warm-up steps per session')
+    parser.add_argument('--sessions', type=int, default=10,
+                        help='fresh sessions per cell (A/B pairs)')
+    parser.add_argument('--device', default='auto', help='auto, cpu, cuda or cuda:N')
+    parser.add_argument('--dtype', default='auto', help='auto, float32, bfloat16 or float16')
+    parser.add_argument('--seed', type=int, default=0, help='seed of the random prompts')
+    parser.add_argument('--target', default='',
+                        help='a key of config/targets.yaml (default: found by GPU name, '
+                             'else a measured bandwidth)')
+    parser.add_argument('--price-per-hour', type=float,
+                        help='USD per hour of this target, for cost per million tokens')
+    parser.add_argument('--out', type=Path,
+                        help='results JSON (CSV beside it); default '
+                             'benchmarks/results/<target>/<model>-<time>.json')
+    return parser
+
+
+def plan_from_args(args, parser: argparse.ArgumentParser) -> Plan:
+    if args.backend and args.modes:
+        parser.error('give --backend or --modes, not both')
+    modes = (args.backend,) if args.backend else protocol.parse_list(
+        args.modes or ','.join(protocol.DEFAULT_MODES))
+    try:
+        contexts = protocol.parse_list(args.contexts, int)
+    except ValueError:
+        parser.error(f'--contexts must be comma-separated integers; got {args.contexts!r}')
+    plan = Plan(model=args.model, modes=modes, contexts=contexts, steps=args.steps,
+                warmup=args.warmup, sessions=args.sessions, device=args.device,
+                dtype=args.dtype, seed=args.seed)
+    problems = plan.problems()
+    if problems:
+        parser.error('; '.join(problems))
+    if args.price_per_hour is not None and args.price_per_hour <= 0:
+        parser.error('--price-per-hour must be positive')
+    return plan
+
+
+def bench_main(argv=None) -> int:
+    parser = bench_parser()
+    args = parser.parse_args(argv)
+    plan = plan_from_args(args, parser)
+    try:
+        benchmark = Benchmark(plan, args.target, args.price_per_hour, log=_log)
+    except (ValueError, EngineError) as exc:
+        _log(f'error: {exc}')
+        return 2
+    bar = ProgressBar(plan.session_count())
+    try:
+        doc = benchmark.run(bar)
+    except EngineError as exc:
+        bar.close()
+        _log(f'error: {exc}')
+        return 2
+    except KeyboardInterrupt:
+        bar.close()
+        _log('interrupted: writing the cells measured so far')
+        doc = benchmark.document('interrupted')
+    bar.close()
+    out = args.out or results.default_path(benchmark.target, plan.model)
+    json_path, csv_path = results.write(doc, out)
+    print(table(doc['cells']))
+    target = doc['target']
+    print(f'target {target["name"]}: B_peak {target["B_peak_gbs"]:g} GB/s '
+          f'({"measured" if target["measured"] else "datasheet"})')
+    print(f'wrote {json_path} and {csv_path}')
+    return 0 if doc['status'] == 'complete' else 1
+
+
+if __name__ == '__main__':
+    sys.exit(bench_main())

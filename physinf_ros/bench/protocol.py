@@ -1,0 +1,276 @@
+"""
+The paper's measurement protocol, as a loop over cells (mode x context) of fresh sessions.
+
+A session is one fresh decoder from `Engine.renew`: the weights stay loaded (they are not read
+from disk again), but the KV cache is new, CUDA graphs are captured anew, and the cache is
+filled by a real prefill of ctx random token ids (seeded by the session's index, so every mode
+sees the same prompt in the same session slot and the slots rotate inputs). Then `warmup` decode
+steps, then `steps` measured ones, each timed with time.perf_counter around decoder.step(),
+which returns the chosen token to the host and so waits for the device.
+
+A/B: the modes of one backend family (eager and graphed; hf and hf-graphed) share loaded
+weights, and their sessions interleave (slot 0: A then B, slot 1: B then A, ...) so slow drift
+of clocks or temperature hits both alike. Modes of another family need the model loaded again;
+they run after, one family at a time, so only one copy of the weights is ever in memory.
+"""
+
+from dataclasses import dataclass, field
+import gc
+import statistics
+import time
+from typing import Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from ..engine import BACKENDS, Engine, FAMILIES, GRAPHED, load, Sampling
+from ..stats import bootstrap_ratio_ci, percentile
+
+GREEDY = Sampling()
+DEFAULT_CONTEXTS = (2048, 4096, 8192, 16384)
+DEFAULT_MODES = ('eager', 'graphed')
+
+
+class Stopped(Exception):
+    """The run was asked to stop before it finished."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to measure: the model, the modes (backends) and contexts, and the protocol sizes."""
+
+    model: str = 'embedded'
+    modes: Tuple[str, ...] = DEFAULT_MODES
+    contexts: Tuple[int, ...] = DEFAULT_CONTEXTS
+    steps: int = 30
+    warmup: int = 5
+    sessions: int = 10
+    device: str = 'auto'
+    dtype: str = 'auto'
+    seed: int = 0
+
+    def problems(self) -> List[str]:
+        """Return why this plan cannot run (empty when it can)."""
+        wrong = []
+        usable = [b for b in BACKENDS if b != 'auto']
+        for mode in self.modes:
+            if mode not in usable:
+                wrong.append(f'unknown mode {mode!r}: modes are backends, one of '
+                             + ', '.join(usable))
+        if not self.modes or len(set(self.modes)) != len(self.modes):
+            wrong.append(f'modes must be distinct and at least one; got {list(self.modes)}')
+        if not self.contexts or min(self.contexts) < 1:
+            wrong.append(f'contexts must be positive token counts; got {list(self.contexts)}')
+        if self.steps < 1 or self.warmup < 0 or self.sessions < 1:
+            wrong.append(f'need steps >= 1, warmup >= 0 and sessions >= 1; got steps '
+                         f'{self.steps}, warmup {self.warmup}, sessions {self.sessions}')
+        return wrong
+
+    @property
+    def baseline(self) -> str:
+        """Return the mode every other mode is compared with: the first one."""
+        return self.modes[0]
+
+    def max_context(self, ctx: int) -> int:
+        """KV cache size for a cell: the prompt, every step, and the room step() keeps free."""
+        return ctx + self.warmup + self.steps + 1
+
+    def families(self) -> List[Tuple[str, ...]]:
+        """Group the modes by the weights they share, in the order they were given."""
+        groups: Dict[int, List[str]] = {}
+        for mode in self.modes:
+            index = next(i for i, family in enumerate(FAMILIES) if mode in family)
+            groups.setdefault(index, []).append(mode)
+        return [tuple(group) for group in groups.values()]
+
+    def session_count(self) -> int:
+        return len(self.modes) * len(self.contexts) * self.sessions
+
+
+@dataclass
+class Session:
+    """One fresh decoder's measurement."""
+
+    index: int
+    prefill_ms: float
+    step_ms: List[float]
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.step_ms)
+
+
+@dataclass
+class Comparison:
+    """
+    A mode against the baseline at one context, over paired session slots.
+
+    speedup = mean of the baseline's session medians / mean of this mode's, with a paired
+    bootstrap 95% CI; launch_fraction = 1 - t_graphed / t_eager (the same means), given only
+    when this mode really replayed CUDA graphs of the baseline's forward.
+    """
+
+    baseline: str
+    speedup: float
+    ci95_lo: float
+    ci95_hi: float
+    launch_fraction: Optional[float]
+
+
+@dataclass
+class Cell:
+    """One (mode, context) of the plan: its sessions and, for non-baseline modes, the A/B."""
+
+    mode: str
+    backend: str          # what ran: a graph mode falls back to eager where there is no CUDA
+    ctx: int
+    sessions: List[Session] = field(default_factory=list)
+    comparison: Optional[Comparison] = None
+
+    @property
+    def samples(self) -> List[float]:
+        return [ms for s in self.sessions for ms in s.step_ms]
+
+    @property
+    def session_medians(self) -> List[float]:
+        return [s.median_ms for s in self.sessions]
+
+    def percentile(self, q: float) -> float:
+        return percentile(self.samples, q)
+
+
+def compare(baseline: Cell, cell: Cell) -> Comparison:
+    """Return the A/B of cell against the baseline cell at the same context."""
+    speedup, low, high = bootstrap_ratio_ci(baseline.session_medians, cell.session_medians)
+    graph_pair = GRAPHED.get(cell.backend) == baseline.backend
+    return Comparison(baseline.mode, speedup, low, high,
+                      1.0 - 1.0 / speedup if graph_pair else None)
+
+
+class Listener:
+    """What a run reports as it goes; the CLI and the node each override what they show."""
+
+    def loaded(self, engine: Engine) -> None:
+        """Take a freshly loaded model; this happens once per backend family."""
+
+    def step(self, mode: str, ctx: int, step_ms: float) -> None:
+        """Take one measured step's time."""
+
+    def session(self, mode: str, ctx: int, session: Session) -> None:
+        """Take a finished session."""
+
+    def cell(self, cell: Cell, engine: Engine) -> None:
+        """Take a finished cell: all its sessions, its comparison filled in."""
+
+
+def prompt_ids(vocab_size: int, ctx: int, seed: int, slot: int) -> List[int]:
+    """Return ctx random token ids, the same for every mode in the same session slot."""
+    return np.random.default_rng([seed, slot]).integers(0, vocab_size, ctx).tolist()
+
+
+def vocab_size(engine: Engine) -> int:
+    """Return the vocabulary size of the loaded model (our backends or transformers ones)."""
+    decoder = engine.decoder
+    weights = getattr(decoder, 'weights', None)
+    return weights.config.vocab_size if weights is not None else decoder.model.config.vocab_size
+
+
+def run_session(engine: Engine, plan: Plan, mode: str, ctx: int, slot: int,
+                on_step: Callable[[float], None], stop: Callable[[], bool],
+                log: Callable[[str], None]) -> Tuple[str, Session]:
+    """Start a fresh decoder, prefill ctx tokens, warm up, measure; return (backend, session)."""
+    if stop():
+        raise Stopped()
+    engine.renew(mode, log=log, max_context=plan.max_context(ctx))
+    decoder = engine.decoder   # local only: the next renew must be able to free this one
+    ids = prompt_ids(vocab_size(engine), ctx, plan.seed, slot)
+    start = time.perf_counter()
+    decoder.prefill(ids, GREEDY)
+    prefill_ms = (time.perf_counter() - start) * 1000.0
+    for _ in range(plan.warmup):
+        decoder.step()
+    samples = []
+    gc.disable()   # a collection in the middle of a step would be timed as the step
+    try:
+        for _ in range(plan.steps):
+            if stop():
+                raise Stopped()
+            start = time.perf_counter()
+            decoder.step()
+            samples.append((time.perf_counter() - start) * 1000.0)
+            on_step(samples[-1])
+    finally:
+        gc.enable()
+    return decoder.info.backend, Session(slot, prefill_ms, samples)
+
+
+def _once(log: Callable[[str], None]) -> Callable[[str], None]:
+    # Every session renews the decoder; its notes (fallbacks, graph captures) matter once.
+    seen = set()
+
+    def log_once(line: str) -> None:
+        if line not in seen:
+            seen.add(line)
+            log(line)
+    return log_once
+
+
+def run(plan: Plan, listener: Listener = Listener(), stop: Callable[[], bool] = lambda: False,
+        log: Callable[[str], None] = lambda _: None) -> List[Cell]:
+    """Measure every cell of the plan; raises Stopped (cells so far are given to listener)."""
+    problems = plan.problems()
+    if problems:
+        raise ValueError('; '.join(problems))
+    log = _once(log)
+    cells: Dict[Tuple[str, int], Cell] = {}
+    for family in plan.families():
+        engine = load(plan.model, family[0], plan.device, plan.dtype,
+                      plan.max_context(plan.contexts[0]), log=log)
+        listener.loaded(engine)
+        for ctx in plan.contexts:
+            here = {mode: Cell(mode, mode, ctx) for mode in family}
+            for slot in range(plan.sessions):
+                order = family if slot % 2 == 0 else tuple(reversed(family))
+                for mode in order:
+                    backend, session = run_session(
+                        engine, plan, mode, ctx, slot,
+                        lambda ms, mode=mode: listener.step(mode, ctx, ms), stop, log)
+                    here[mode].backend = backend
+                    here[mode].sessions.append(session)
+                    listener.session(mode, ctx, session)
+            for mode in family:
+                cell = cells[mode, ctx] = here[mode]
+                if mode != plan.baseline:
+                    cell.comparison = compare(cells[plan.baseline, ctx], cell)
+                listener.cell(cell, engine)
+        # Free this family's weights before the next family loads its own.
+        del engine
+        gc.collect()
+        _empty_device_cache()
+    return [cells[mode, ctx] for mode in plan.modes for ctx in plan.contexts]
+
+
+def _empty_device_cache() -> None:
+    import torch
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def parse_list(text: str, kind=str) -> Tuple:
+    """Split '2048,4096' or 'eager, graphed' into a tuple of kind."""
+    return tuple(kind(item.strip()) for item in text.split(',') if item.strip())
+
+
+def describe(plan: Plan) -> Dict[str, object]:
+    """Return the protocol's settings and definitions, for results files."""
+    return {
+        'warmup_steps': plan.warmup, 'measured_steps': plan.steps, 'sessions': plan.sessions,
+        'contexts': list(plan.contexts), 'modes': list(plan.modes), 'baseline': plan.baseline,
+        'seed': plan.seed,
+        'session': 'Engine.renew: weights stay loaded; new KV cache, new CUDA graphs, '
+                   'a real prefill of ctx random token ids (seeded by session slot)',
+        'step_timing': 'time.perf_counter around decoder.step(), which waits for the device',
+        'step_ms_p50': 'median of all measured steps of the cell (all sessions)',
+        'speedup': 'mean of baseline session medians / mean of mode session medians; '
+                   '95% CI: paired percentile bootstrap over session slots, 10000 resamples',
+        'launch_fraction': '1 - 1/speedup, for a graph mode against its eager forward',
+    }

@@ -1,0 +1,214 @@
+"""
+The memory floor of one batch-1 decode step: bytes read, t_floor, R_floor, rates and cost.
+
+Definitions (DESIGN.md):
+  W        bytes of weights read per decode step: every matrix and vector once, the input
+           embedding table only one row, a tied lm_head (the embedding table itself) once;
+  W_all    all weight bytes (the paper's convention for "the model's size");
+  K(ctx)   2 x layers x kv_heads x head_dim x ctx x bytes per element (keys and values read);
+  t_floor  (W + K) / B_peak: the step time if every byte streamed at the datasheet bandwidth;
+  R_floor  t_floor / t_step: 1.0 is perfect use of the memory system.
+
+Bytes are counted tensor by tensor (`weight_tensors`) and priced by a byte accounting. `Dense`
+gives every element the same width (bf16: 2 bytes). Extension point: a quantised format (for
+example GPTQ 4-bit: packed `linear` matrices plus their group scales and zeros, norms and
+embeddings left in 16 bits) is another class with the same `tensor_bytes` method, passed where
+`Dense` is passed today; nothing else here changes.
+"""
+
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Protocol
+
+from .engine.llama import ModelConfig
+from .targets import detect
+
+GB = 1e9                      # bandwidths and sizes are decimal, as datasheets print them
+DTYPE_BYTES = {'float32': 4, 'bfloat16': 2, 'float16': 2}
+
+
+@dataclass(frozen=True)
+class WeightTensor:
+    """
+    One weight tensor as a decode step reads it.
+
+    kind is what a byte accounting may care about: 'embedding', 'linear', 'bias', 'norm' or
+    'lm_head'. A [rows, cols] matrix; vectors have cols == 1. rows_read is how many rows one
+    decode step reads: all of them, except the input embedding table (one row).
+    """
+
+    name: str
+    kind: str
+    rows: int
+    cols: int
+    rows_read: int
+
+
+class ByteAccounting(Protocol):
+    """How many bytes `rows` rows of a weight tensor occupy in memory."""
+
+    def tensor_bytes(self, tensor: WeightTensor, rows: int) -> float:
+        """Return the bytes of `rows` rows of tensor."""
+
+
+@dataclass(frozen=True)
+class Dense:
+    """Every element stored at the same width: the bf16, fp16 and fp32 checkpoints."""
+
+    bytes_per_element: float
+
+    def tensor_bytes(self, tensor: WeightTensor, rows: int) -> float:
+        return rows * tensor.cols * self.bytes_per_element
+
+
+def weight_tensors(config: ModelConfig) -> List[WeightTensor]:
+    """List every weight tensor of a Llama-family model, named as Hugging Face names them."""
+    h, i, q, kv = config.hidden_size, config.intermediate_size, config.q_size, config.kv_size
+    v = config.vocab_size
+    tensors = []
+    if config.tie_word_embeddings:
+        # One table serves both ends: the lm_head reads it whole every step, and the input row
+        # the step also looks up lies inside those same bytes, so the table counts once.
+        tensors.append(WeightTensor('model.embed_tokens.weight', 'lm_head', v, h, v))
+    else:
+        tensors.append(WeightTensor('model.embed_tokens.weight', 'embedding', v, h, 1))
+        tensors.append(WeightTensor('lm_head.weight', 'lm_head', v, h, v))
+    tensors.append(WeightTensor('model.norm.weight', 'norm', h, 1, h))
+    for n in range(config.num_layers):
+        p = f'model.layers.{n}.'
+        layer = [(p + 'input_layernorm.weight', 'norm', h, 1),
+                 (p + 'self_attn.q_proj.weight', 'linear', q, h),
+                 (p + 'self_attn.k_proj.weight', 'linear', kv, h),
+                 (p + 'self_attn.v_proj.weight', 'linear', kv, h),
+                 (p + 'self_attn.o_proj.weight', 'linear', h, q),
+                 (p + 'post_attention_layernorm.weight', 'norm', h, 1),
+                 (p + 'mlp.gate_proj.weight', 'linear', i, h),
+                 (p + 'mlp.up_proj.weight', 'linear', i, h),
+                 (p + 'mlp.down_proj.weight', 'linear', h, i)]
+        if config.qkv_bias:
+            layer += [(p + 'self_attn.q_proj.bias', 'bias', q, 1),
+                      (p + 'self_attn.k_proj.bias', 'bias', kv, 1),
+                      (p + 'self_attn.v_proj.bias', 'bias', kv, 1)]
+        tensors += [WeightTensor(name, kind, rows, cols, rows)
+                    for name, kind, rows, cols in layer]
+    return tensors
+
+
+def weight_bytes_all(config: ModelConfig, accounting: ByteAccounting) -> float:
+    """W_all: bytes of all weights."""
+    return sum(accounting.tensor_bytes(t, t.rows) for t in weight_tensors(config))
+
+
+def weight_bytes_per_step(config: ModelConfig, accounting: ByteAccounting) -> float:
+    """W: bytes of weights one decode step reads."""
+    return sum(accounting.tensor_bytes(t, t.rows_read) for t in weight_tensors(config))
+
+
+def kv_bytes(config: ModelConfig, ctx: int, bytes_per_element: float) -> float:
+    """K(ctx): bytes of keys and values a step at context ctx reads."""
+    return (2 * config.num_layers * config.num_kv_heads * config.head_dim * ctx
+            * bytes_per_element)
+
+
+def t_floor_s(weight_bytes: float, kv_cache_bytes: float, bandwidth_gbs: float) -> float:
+    """Return t_floor in seconds: (W + K) / B_peak, B_peak in GB/s."""
+    return (weight_bytes + kv_cache_bytes) / (bandwidth_gbs * GB)
+
+
+def r_floor(t_floor: float, t_step: float) -> Optional[float]:
+    """Return R_floor = t_floor / t_step (same units); None without a valid step time."""
+    return t_floor / t_step if t_step and t_step > 0 else None
+
+
+def tokens_per_s(step_ms: float) -> Optional[float]:
+    """Decode rate of a step that takes step_ms."""
+    return 1000.0 / step_ms if step_ms and step_ms > 0 else None
+
+
+def cost_per_mtok(step_ms: float, price_per_hour: Optional[float]) -> Optional[float]:
+    """Cost of a million decoded tokens at price_per_hour; None without a price."""
+    rate = tokens_per_s(step_ms)
+    if price_per_hour is None or rate is None:
+        return None
+    return price_per_hour / (rate * 3600.0) * 1e6
+
+
+@dataclass(frozen=True)
+class Floor:
+    """The memory floor of a model on a target: bytes per step, and t_floor by context."""
+
+    config: ModelConfig
+    accounting: ByteAccounting
+    kv_bytes_per_element: float
+    bandwidth_gbs: float
+
+    @property
+    def weight_bytes(self) -> float:
+        return weight_bytes_per_step(self.config, self.accounting)
+
+    @property
+    def weight_bytes_all(self) -> float:
+        return weight_bytes_all(self.config, self.accounting)
+
+    def kv_bytes(self, ctx: int) -> float:
+        return kv_bytes(self.config, ctx, self.kv_bytes_per_element)
+
+    def t_floor_ms(self, ctx: int) -> float:
+        return 1000.0 * t_floor_s(self.weight_bytes, self.kv_bytes(ctx), self.bandwidth_gbs)
+
+    def at(self, ctx: int, step_ms: Optional[float]) -> Dict[str, Optional[float]]:
+        """W, K, t_floor_ms and R_floor of a step at context ctx that took step_ms."""
+        t_floor = self.t_floor_ms(ctx)
+        return {'W_bytes': self.weight_bytes, 'W_all_bytes': self.weight_bytes_all,
+                'K_bytes': self.kv_bytes(ctx), 't_floor_ms': t_floor,
+                'R_floor': r_floor(t_floor, step_ms)}
+
+
+def decoder_model_config(decoder) -> ModelConfig:
+    """
+    Return the ModelConfig of a loaded decoder (our backends or transformers ones).
+
+    Raises ValueError for a transformers model outside the Llama family (its bytes per step
+    are not modelled here).
+    """
+    weights = getattr(decoder, 'weights', None)
+    if weights is not None:
+        return weights.config
+    return ModelConfig.from_hf(decoder.model.config.to_dict())
+
+
+def decoder_floor(decoder, bandwidth_gbs: float) -> Floor:
+    """Return the Floor of a loaded dense decoder: weights and KV cache in its dtype."""
+    width = DTYPE_BYTES[decoder.info.dtype]
+    return Floor(decoder_model_config(decoder), Dense(width), width, bandwidth_gbs)
+
+
+class LiveFloor:
+    """
+    R_floor and t_floor for a serving decoder, for its diagnostics.
+
+    Built once when the decoder is ready (the target is found by the device's name; an unknown
+    GPU or the CPU gets a measured copy bandwidth); `values` is then cheap.
+    """
+
+    def __init__(self, decoder, log: Callable[[str], None] = lambda _: None):
+        self.target = None
+        self.floor: Optional[Floor] = None
+        try:
+            self.target = detect(decoder.device, log=log)
+            self.floor = decoder_floor(decoder, self.target.bandwidth_gbs)
+        except (OSError, ValueError, KeyError) as exc:
+            # Diagnostics without R_floor beat a decoder that does not start.
+            log(f'R_floor is not reported: {exc}')
+
+    def values(self, ctx: int, step_ms_p50: float) -> Dict[str, object]:
+        """Return t_floor_ms and R_floor at context ctx (NaN while unknown) and B_peak."""
+        nan = float('nan')
+        t_floor, ratio = nan, None
+        if self.floor is not None and ctx > 0:
+            t_floor = self.floor.t_floor_ms(ctx)
+            ratio = r_floor(t_floor, step_ms_p50)
+        target = self.target
+        return {'t_floor_ms': t_floor, 'R_floor': nan if ratio is None else ratio,
+                'B_peak_gbs': target.bandwidth_gbs if target else nan,
+                'B_peak_source': ('measured' if target.measured else 'datasheet')
+                if target else 'unknown'}
