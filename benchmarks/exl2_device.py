@@ -168,11 +168,11 @@ def checks(run: Run) -> dict:
         list(generation)
         result[f'reply_{backend}'] = generation.text
     engine.renew('exllamav2')
-    reference = load(folder, backend='eager', device='cuda', dtype='float32', max_context=1024)
+    reference = load(folder, backend='eager', device='cpu', dtype='float32', max_context=1024)
     ids = reference.tokenizer.encode(TEXT)
-    ours, ref = engine.decoder.prompt_logits(ids), reference.decoder.prompt_logits(ids)
+    ours, ref = engine.decoder.prompt_logits(ids).cpu(), reference.decoder.prompt_logits(ids)
     error = (ours - ref).norm(dim=-1) / ref.norm(dim=-1)
-    head = engine.decoder.prompt_logits(ids[:24])
+    head = engine.decoder.prompt_logits(ids[:24]).cpu()
     causal = ((ours[:24] - head).norm(dim=-1) / head.norm(dim=-1)).max().item()
     float_model = load(str(run.state['embedded_dir']), backend='eager', device='cuda',
                        dtype='bfloat16', max_context=1024)
@@ -232,7 +232,7 @@ def stock(run: Run, contexts, caches) -> dict:
 def profile(run: Run) -> dict:
     from torch.profiler import profile as torch_profile, ProfilerActivity
     decoder = run.state['exl_engine'].decoder
-    step_times(decoder.model, decoder.cache, 2047, WARM_STEPS)   # make sure its graphs are in
+    step_times(decoder.model, decoder.cache, 2047, 10)   # its graphs are in since phase stock
     steps = 3
     with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         step_times(decoder.model, decoder.cache, 2047, steps)
