@@ -185,7 +185,7 @@ def converted_gguf(gguf_path: Path, log: Callable[[str], None]) -> Path:
 
 def made_once(target: Path, build: Callable[[Path], object], log: Callable[[str], None],
               what: str) -> Path:
-    """target, built by build(folder) in a scratch folder and renamed into place if missing."""
+    """Return target; if it is missing, build(folder) makes it in a scratch folder first."""
     if (target / 'config.json').is_file():
         return target
     log(f'{what} once into {target} (later starts load from there)')
