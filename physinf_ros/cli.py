@@ -14,7 +14,8 @@ def _log(message: str) -> None:
 def add_model_args(parser: argparse.ArgumentParser) -> None:
     """--model/--backend/--device/--dtype/--max-context, shared by the CLIs."""
     parser.add_argument('--model', default=EMBEDDED,
-                        help='embedded, a .gguf file, a model directory or a hub id ORG/NAME')
+                        help='embedded, a .gguf file, a model directory, a hub id ORG/NAME '
+                             'or synthetic:ARCH; append :gptq for a 4-bit copy')
     parser.add_argument('--backend', default='auto', choices=BACKENDS)
     parser.add_argument('--device', default='auto', help='auto, cpu, cuda or cuda:N')
     parser.add_argument('--dtype', default='auto', help='auto, float32, bfloat16 or float16')

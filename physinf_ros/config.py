@@ -29,7 +29,8 @@ class Param:
 DECODER_PARAMS = (
     Param('model', 'embedded',
           'Model spec: "embedded" (SmolLM2-135M-Instruct), a .gguf file, a Hugging Face model '
-          'directory, or a hub id ORG/NAME from the local Hugging Face cache.', read_only=True),
+          'directory, a hub id ORG/NAME from the local Hugging Face cache, or synthetic:ARCH; '
+          'any of them + ":gptq" for a 4-bit GPTQ copy made once.', read_only=True),
     Param('backend', 'auto', 'Decoding backend: ' + ', '.join(BACKENDS) + '.',
           read_only=True, choices=BACKENDS),
     Param('device', 'auto', 'auto (CUDA when present, else CPU), cpu, cuda or cuda:N.',

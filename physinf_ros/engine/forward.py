@@ -18,6 +18,7 @@ class ForwardDecoder:
     def __init__(self, info: DecoderInfo, device: torch.device):
         self.info = info
         self.device = device
+        self.ids_device = device   # where _forward wants its token ids
         self._position = 0
         self._last_token: Optional[int] = None
         self._logits: Optional[torch.Tensor] = None
@@ -49,7 +50,7 @@ class ForwardDecoder:
         self._reset_cache()
         self._sampling = sampling
         self._generator = make_generator(sampling, self.device)
-        ids = torch.tensor([list(token_ids)], dtype=torch.long, device=self.device)
+        ids = torch.tensor([list(token_ids)], dtype=torch.long, device=self.ids_device)
         logits = self._forward(ids, 0)
         self._position = len(token_ids)
         return self._choose(logits)
@@ -62,7 +63,7 @@ class ForwardDecoder:
         if self._position + 1 >= self.info.max_context:
             raise ContextFull(f'context of {self.info.max_context} tokens is full')
         fed = self._last_token if token is None else token
-        ids = torch.tensor([[fed]], dtype=torch.long, device=self.device)
+        ids = torch.tensor([[fed]], dtype=torch.long, device=self.ids_device)
         logits = self._forward(ids, self._position)
         self._position += 1
         return self._choose(logits)

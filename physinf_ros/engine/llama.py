@@ -129,9 +129,19 @@ def from_state_dict(config: ModelConfig, state: Dict[str, torch.Tensor],
 
 
 def load_hf_dir(path: Path, device: torch.device, dtype: torch.dtype) -> Weights:
-    """Weights from a Hugging Face directory of safetensors files."""
+    """
+    Weights from a Hugging Face directory of safetensors files.
+
+    A GPTQ checkpoint is dequantised to dtype here, once: the step then runs the ordinary float
+    forward on the same values the 4-bit kernels compute with (a reference, not a fast path).
+    """
     from safetensors import safe_open
-    config = ModelConfig.from_hf(json.loads((Path(path) / 'config.json').read_text()))
+    from . import gptq
+    hf = json.loads((Path(path) / 'config.json').read_text())
+    method = gptq.quant_method(hf)
+    if method is not None and gptq.GptqSpec.from_hf(hf) is None:
+        raise ValueError(f'{method} checkpoints run only on backend exllamav2 (CUDA)')
+    config = ModelConfig.from_hf(hf)
     files = sorted(Path(path).glob('*.safetensors'))
     if not files:
         raise FileNotFoundError(f'{path} holds no *.safetensors weights')
@@ -140,6 +150,8 @@ def load_hf_dir(path: Path, device: torch.device, dtype: torch.dtype) -> Weights
         with safe_open(str(file), framework='pt', device='cpu') as f:
             for name in f.keys():
                 state[name] = f.get_tensor(name)
+    if method is not None:
+        gptq.dequantize_state(state)
     if config.tie_word_embeddings:
         state.pop('lm_head.weight', None)
     return from_state_dict(config, state, device, dtype)
@@ -237,6 +249,17 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 def prefill(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
             sin: torch.Tensor) -> torch.Tensor:
     """Run a prompt ids [n] from position 0, fill the cache, return float32 logits [vocab]."""
+    return prompt_logits(w, cache, ids, cos, sin, last_only=True)[0]
+
+
+@torch.inference_mode()
+def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
+                  sin: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+    """
+    Run ids [n] from position 0 and fill the cache; float32 logits [n, vocab] of every position.
+
+    Each row is the prediction for the next token (teacher forcing); last_only keeps one row.
+    """
     c = w.config
     n = ids.shape[0]
     x = w.embed[ids].float()                                       # [n, H] residual
@@ -259,8 +282,8 @@ def prefill(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
         gate, up = F.linear(rms_norm(x, layer.mlp_norm, c.rms_norm_eps),
                             layer.w_gate_up).chunk(2, dim=-1)
         x = x + F.linear(F.silu(gate) * up, layer.w_down).float()
-    last = rms_norm(x[-1:], w.norm, c.rms_norm_eps)
-    return F.linear(last, w.lm_head)[0].float()
+    hidden = rms_norm(x[-1:] if last_only else x, w.norm, c.rms_norm_eps)
+    return F.linear(hidden, w.lm_head).float()
 
 
 def decode_layers(w: Weights, cache: KVCache, token: torch.Tensor, pos: torch.Tensor,

