@@ -66,3 +66,17 @@ def test_synthetic_shapes_are_the_published_ones(arch, params):
     total = (c.num_layers * layer + c.vocab_size * c.hidden_size * (1 if c.tie_word_embeddings
                                                                     else 2) + c.hidden_size)
     assert total == params
+
+
+def test_seeded_sampling_repeats_on_our_forward():
+    engine = load('embedded', backend='eager', device='cpu', max_context=128)
+    prompt = engine.encode('Write a sentence about robots.')
+
+    def run(sampling):
+        generation = engine.generate(prompt, 10, sampling)
+        list(generation)
+        return generation.token_ids
+
+    hot = Sampling(temperature=1.3, top_p=0.95, seed=5)
+    assert run(hot) == run(hot)
+    assert run(hot) != run(Sampling())

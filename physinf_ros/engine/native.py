@@ -48,6 +48,7 @@ class NativeDecoder:
         self.logits = torch.zeros(config.vocab_size, dtype=torch.float32, device=device)
         self.temperature = torch.ones((), dtype=torch.float32, device=device)
         self.top_p = torch.ones((), dtype=torch.float32, device=device)
+        self.race = torch.ones(config.vocab_size, dtype=torch.float32, device=device)
         self._position = 0
         self._started = False
         self._sampling = Sampling()
@@ -71,7 +72,7 @@ class NativeDecoder:
             self.ops.greedy_head(x, w.norm, w.lm_head, eps, self.logits, self.token, self.pos)
             return
         self.ops.rms_matvec(x, w.norm, w.lm_head, None, eps, out=self.logits)
-        self.token.copy_(sample(self.logits, self.temperature, self.top_p, self._generator))
+        self.token.copy_(sample(self.logits, self.temperature, self.top_p, race=self.race))
         self.pos.add_(1)
 
     def _warm_up(self) -> None:
@@ -120,17 +121,12 @@ class NativeDecoder:
             raise ContextFull(f'prompt of {len(token_ids)} tokens leaves no room in a context '
                               f'of {self.info.max_context} tokens')
         self._sampling = sampling
-        self._generator = None
+        self._generator = make_generator(sampling, self.device)
         if not sampling.greedy:
             self.temperature.fill_(sampling.temperature)
             self.top_p.fill_(sampling.top_p)
             if self.graphed:
-                # A captured graph draws from the device's default generator.
-                if sampling.seed is not None:
-                    torch.cuda.manual_seed(int(sampling.seed))
                 self._graph(greedy=False)
-            else:
-                self._generator = make_generator(sampling, self.device)
         ids = torch.tensor(list(token_ids), dtype=torch.long, device=self.device)
         logits = prefill(self.weights, self.cache, ids, self.cos, self.sin)
         self.logits.copy_(logits)
@@ -150,6 +146,9 @@ class NativeDecoder:
         if token is not None:
             self.token.fill_(token)   # teacher forcing: one small copy before the step
         greedy = self._sampling.greedy
+        if not greedy:
+            # The request's noise, drawn outside the graph so its seed holds (one launch).
+            self.race.exponential_(generator=self._generator)
         if self.graphed:
             self._graph(greedy).replay()
         else:
