@@ -101,9 +101,7 @@ def sweep_attention(c: ModelConfig, contexts, device, dtype):
     shape = (layers, c.num_kv_heads, max_context, c.head_dim)
     k_cache = torch.randn(shape, device=device).to(dtype)
     v_cache = torch.randn(shape, device=device).to(dtype)
-    qkv = torch.randn(c.q_size + 2 * c.kv_size, device=device)
-    cos = torch.randn(max_context, c.head_dim // 2, device=device)
-    sin = torch.randn(max_context, c.head_dim // 2, device=device)
+    q = torch.randn(c.num_heads, c.head_dim, device=device)
     saved = dict(kernels.ATTENTION)
     for ctx in contexts:
         pos = torch.tensor([ctx - 1], dtype=torch.int32, device=device)
@@ -113,8 +111,7 @@ def sweep_attention(c: ModelConfig, contexts, device, dtype):
                                                             (32, 64)):
             kernels.ATTENTION.update(splits=splits, min_chunk=min_chunk, block_t=block_t)
             try:
-                ms = timed(lambda: [kernels.attention(qkv, pos, cos, sin, k_cache[i],
-                                                      v_cache[i], c.num_heads)
+                ms = timed(lambda: [kernels.decode_attention(q, k_cache[i], v_cache[i], pos)
                                     for i in range(layers)]) / layers
             except Exception as exc:  # noqa: B902 - record and go on
                 rows.append({'splits': splits, 'min_chunk': min_chunk, 'block_t': block_t,

@@ -61,7 +61,7 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton._
     sweep)
       run sweep 240 python3 benchmarks/kernel_sweep.py --out "$WORK/kernel_sweep.json";;
     compare)
-      TAIL=16 run compare 400 python3 benchmarks/engine_compare.py \
+      TAIL=16 run compare 400 python3 benchmarks/engine_compare.py ${COMPARE_ARGS:-} \
         --out "$WORK/engine_compare.json";;
     profile)
       for ctx in 2048 16384; do

@@ -37,13 +37,19 @@ def variants():
         out.append((kernels._gate_up_kernel, {k: GEMV[k] for k in ('W', 'X', 'Y', 'NORM', 'N',
                                                                    'K', 'eps')},
                     {'BLOCK_N': 4, 'BLOCK_K': 512, 'EVEN': even, 'PDL': True}))
-    out.append((kernels._attention_kernel,
+    out.append((kernels._rope_cache_kernel,
                 {'QKV': F32, 'POS': '*i32', 'COS': F32, 'SIN': F32, 'KC': BF, 'VC': BF,
-                 'MAXS': F32, 'SUMS': F32, 'ACCS': F32, 'COUNT': '*i32', 'OUT': F32,
-                 'num_heads': 'i32', 'kv_heads': 'i32', 'max_context': 'i32', 'scale': 'fp32',
-                 'group': 'i32'},
-                {'HALF': 64, 'GROUP_P': 16, 'BLOCK_T': 64, 'SPLITS': 32, 'MIN_CHUNK': 128,
-                 'DOT': tl.bfloat16, 'PRECISION': 'tf32', 'PDL': True}))
+                 'QOUT': F32, 'num_heads': 'i32', 'kv_heads': 'i32', 'max_context': 'i32'},
+                {'HALF': 64, 'PDL': True}))
+    attention = {'D': 128, 'GROUP_P': 16, 'BLOCK_T': 64, 'SPLITS': 32, 'MIN_CHUNK': 128,
+                 'PDL': True}
+    out.append((kernels._attn_split_kernel,
+                {'Q': F32, 'KC': BF, 'VC': BF, 'POS': '*i32', 'MAXS': F32, 'SUMS': F32,
+                 'ACCS': F32, 'max_context': 'i32', 'scale': 'fp32', 'group': 'i32'},
+                {**attention, 'DOT': tl.bfloat16, 'PRECISION': 'tf32'}))
+    out.append((kernels._attn_reduce_kernel,
+                {'POS': '*i32', 'MAXS': F32, 'SUMS': F32, 'ACCS': F32, 'OUT': F32,
+                 'group': 'i32'}, attention))
     out.append((kernels._greedy_finish_kernel, {'PACKED': '*i64', 'TOKEN': '*i64',
                                                 'POS': '*i32'}, {'PDL': True}))
     return out

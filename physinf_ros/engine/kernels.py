@@ -7,8 +7,8 @@ step has few launches:
   rms_matvec        RMSNorm prologue + GEMV (+ bias): QKV and the lm_head
   rms_gate_up_silu  RMSNorm prologue + gate and up GEMVs + SiLU(gate) * up epilogue
   matvec_add        split-K GEMV accumulated atomically into the float32 residual
-  attention         RoPE, the cache write at `pos` and split-K GQA attention over the filled
-                    cache (flash-decoding) with its merge, in one kernel
+  rope_and_cache    RoPE on q and k, k and v stored into the static cache at `pos`
+  decode_attention  split-K GQA attention over the filled cache (flash-decoding), + reduce
   greedy_head       final RMSNorm + lm_head GEMV with the argmax folded into its epilogue
 `pos` is read on the device, so one captured graph serves every position. On Hopper every
 kernel is launched with programmatic dependent launch (PDL): it is scheduled while its
@@ -218,6 +218,34 @@ def _gate_up_kernel(W, X, Y, NORM, N, K, eps, BLOCK_N: tl.constexpr, BLOCK_K: tl
 
 
 @triton.jit
+def _rope_cache_kernel(QKV, POS, COS, SIN, KC, VC, QOUT, num_heads, kv_heads, max_context,
+                       HALF: tl.constexpr, PDL: tl.constexpr):
+    _grid_sync(PDL)
+    head = tl.program_id(0)
+    pos = tl.load(POS).to(tl.int64)
+    d = tl.arange(0, HALF)
+    cos = tl.load(COS + pos * HALF + d)
+    sin = tl.load(SIN + pos * HALF + d)
+    dtype = KC.dtype.element_ty
+    # q and k come out of the QKV GEMV in the model dtype in transformers: round the same way.
+    x1 = tl.load(QKV + head * 2 * HALF + d).to(dtype).to(tl.float32)
+    x2 = tl.load(QKV + head * 2 * HALF + HALF + d).to(dtype).to(tl.float32)
+    r1 = x1 * cos - x2 * sin
+    r2 = x2 * cos + x1 * sin
+    if head < num_heads:
+        tl.store(QOUT + head * 2 * HALF + d, r1)
+        tl.store(QOUT + head * 2 * HALF + HALF + d, r2)
+    else:
+        kv_head = head - num_heads
+        slot = (kv_head * max_context + pos) * 2 * HALF
+        tl.store(KC + slot + d, r1.to(dtype))
+        tl.store(KC + slot + HALF + d, r2.to(dtype))
+        v = QKV + (num_heads + kv_heads + kv_head) * 2 * HALF
+        tl.store(VC + slot + d, tl.load(v + d).to(dtype))
+        tl.store(VC + slot + HALF + d, tl.load(v + HALF + d).to(dtype))
+
+
+@triton.jit
 def _chunk(length, SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, BLOCK_T: tl.constexpr):
     # Keys per split: spread over SPLITS programs, but never under MIN_CHUNK, so short contexts
     # use few splits and long ones all of them.
@@ -226,100 +254,65 @@ def _chunk(length, SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, BLOCK_T: tl.co
 
 
 @triton.jit
-def _rotate(x1, x2, cos, sin):
-    return x1 * cos - x2 * sin, x2 * cos + x1 * sin
-
-
-@triton.jit
-def _attention_kernel(QKV, POS, COS, SIN, KC, VC, MAXS, SUMS, ACCS, COUNT, OUT, num_heads,
-                      kv_heads, max_context, scale, group, HALF: tl.constexpr,
-                      GROUP_P: tl.constexpr, BLOCK_T: tl.constexpr, SPLITS: tl.constexpr,
-                      MIN_CHUNK: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
-                      PDL: tl.constexpr):
-    # One program per (kv head, split of the filled cache). It applies RoPE to its group's
-    # queries; the split holding the new position also rotates the new key and stores it and
-    # the value; every split attends over its keys (flash-decoding), and the last split of a
-    # kv head to finish merges the partial results. One kernel per layer for all of attention.
+def _attn_split_kernel(Q, KC, VC, POS, MAXS, SUMS, ACCS, max_context, scale, group,
+                       D: tl.constexpr, GROUP_P: tl.constexpr, BLOCK_T: tl.constexpr,
+                       SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, DOT: tl.constexpr,
+                       PRECISION: tl.constexpr, PDL: tl.constexpr):
     _grid_sync(PDL)   # in every program, also those with no keys: the chain of waits must hold
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
-    pos = tl.load(POS).to(tl.int32)
-    length = pos + 1
+    length = tl.load(POS).to(tl.int32) + 1
     chunk = _chunk(length, SPLITS, MIN_CHUNK, BLOCK_T)
     start = split * chunk
     if start < length:
-        dtype = KC.dtype.element_ty
-        d = tl.arange(0, HALF)
-        cos = tl.load(COS + pos.to(tl.int64) * HALF + d)
-        sin = tl.load(SIN + pos.to(tl.int64) * HALF + d)
-        g = tl.arange(0, GROUP_P)
-        g_mask = g < group
-        # q and k come out of the QKV GEMV in the model dtype in transformers: round the same.
-        q_rows = QKV + (kv_head * group + g)[:, None] * (2 * HALF) + d[None, :]
-        q1 = tl.load(q_rows, mask=g_mask[:, None], other=0.0).to(dtype).to(tl.float32)
-        q2 = tl.load(q_rows + HALF, mask=g_mask[:, None], other=0.0).to(dtype).to(tl.float32)
-        q1, q2 = _rotate(q1, q2, cos[None, :], sin[None, :])
-        q1, q2 = q1.to(DOT), q2.to(DOT)
-        base = kv_head.to(tl.int64) * max_context * (2 * HALF)
         end = tl.minimum(start + chunk, length)
-        if end == length:
-            k_new = QKV + (num_heads + kv_head) * (2 * HALF) + d
-            k1, k2 = _rotate(tl.load(k_new).to(dtype).to(tl.float32),
-                             tl.load(k_new + HALF).to(dtype).to(tl.float32), cos, sin)
-            v_new = QKV + (num_heads + kv_heads + kv_head) * (2 * HALF) + d
-            slot = base + pos.to(tl.int64) * (2 * HALF) + d
-            tl.store(KC + slot, k1.to(dtype))
-            tl.store(KC + slot + HALF, k2.to(dtype))
-            tl.store(VC + slot, tl.load(v_new).to(dtype))
-            tl.store(VC + slot + HALF, tl.load(v_new + HALF).to(dtype))
-            tl.debug_barrier()   # the loop below reads this slot back
+        g = tl.arange(0, GROUP_P)
+        d = tl.arange(0, D)
+        g_mask = g < group
+        q = tl.load(Q + (kv_head * group + g)[:, None] * D + d[None, :], mask=g_mask[:, None],
+                    other=0.0).to(DOT)
+        base = kv_head.to(tl.int64) * max_context * D
         m_i = tl.full([GROUP_P], float('-inf'), dtype=tl.float32)
         l_i = tl.zeros([GROUP_P], dtype=tl.float32)
-        acc1 = tl.zeros([GROUP_P, HALF], dtype=tl.float32)
-        acc2 = tl.zeros([GROUP_P, HALF], dtype=tl.float32)
+        acc = tl.zeros([GROUP_P, D], dtype=tl.float32)
         for t0 in range(start, end, BLOCK_T):
             t = t0 + tl.arange(0, BLOCK_T)
             t_mask = t < end
-            rows = base + t[:, None] * (2 * HALF) + d[None, :]
-            k1 = tl.load(KC + rows, mask=t_mask[:, None], other=0.0).to(DOT)
-            k2 = tl.load(KC + rows + HALF, mask=t_mask[:, None], other=0.0).to(DOT)
-            s = (tl.dot(q1, tl.trans(k1), input_precision=PRECISION, out_dtype=tl.float32)
-                 + tl.dot(q2, tl.trans(k2), input_precision=PRECISION, out_dtype=tl.float32))
-            s = tl.where(t_mask[None, :], s * scale, float('-inf'))
+            offsets = base + t[:, None] * D + d[None, :]
+            k = tl.load(KC + offsets, mask=t_mask[:, None], other=0.0).to(DOT)
+            s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=tl.float32) * scale
+            s = tl.where(t_mask[None, :], s, float('-inf'))
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
             alpha = tl.exp(m_i - m_new)
             p = tl.exp(s - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
-            p = p.to(DOT)
-            v1 = tl.load(VC + rows, mask=t_mask[:, None], other=0.0).to(DOT)
-            v2 = tl.load(VC + rows + HALF, mask=t_mask[:, None], other=0.0).to(DOT)
-            acc1 = acc1 * alpha[:, None] + tl.dot(p, v1, input_precision=PRECISION,
-                                                  out_dtype=tl.float32)
-            acc2 = acc2 * alpha[:, None] + tl.dot(p, v2, input_precision=PRECISION,
-                                                  out_dtype=tl.float32)
+            v = tl.load(VC + offsets, mask=t_mask[:, None], other=0.0).to(DOT)
+            acc = acc * alpha[:, None] + tl.dot(p.to(DOT), v, input_precision=PRECISION,
+                                                out_dtype=tl.float32)
             m_i = m_new
-        part = (kv_head * SPLITS + split) * GROUP_P + g
-        tl.store(MAXS + part, m_i, mask=g_mask)
-        tl.store(SUMS + part, l_i, mask=g_mask)
-        tl.store(ACCS + part[:, None] * (2 * HALF) + d[None, :], acc1, mask=g_mask[:, None])
-        tl.store(ACCS + part[:, None] * (2 * HALF) + HALF + d[None, :], acc2,
-                 mask=g_mask[:, None])
-        # The atomic releases this program's partials and acquires the others'.
-        if tl.atomic_add(COUNT + kv_head, 1) == tl.cdiv(length, chunk) - 1:
-            tl.store(COUNT + kv_head, 0)   # ready for the next layer
-            s_idx = tl.arange(0, SPLITS)
-            s_mask = s_idx * chunk < length
-            dd = tl.arange(0, 2 * HALF)
-            for head in range(group):
-                idx = (kv_head * SPLITS + s_idx) * GROUP_P + head
-                m = tl.load(MAXS + idx, mask=s_mask, other=float('-inf'), cache_modifier='.cg')
-                weight = tl.exp(m - tl.max(m, axis=0))
-                total = tl.sum(tl.load(SUMS + idx, mask=s_mask, other=0.0,
-                                       cache_modifier='.cg') * weight, axis=0)
-                acc = tl.load(ACCS + idx[:, None] * (2 * HALF) + dd[None, :],
-                              mask=s_mask[:, None], other=0.0, cache_modifier='.cg')
-                tl.store(OUT + (kv_head * group + head) * (2 * HALF) + dd,
-                         tl.sum(acc * weight[:, None], axis=0) / total)
+        out = (kv_head * SPLITS + split) * GROUP_P + g
+        tl.store(MAXS + out, m_i, mask=g_mask)
+        tl.store(SUMS + out, l_i, mask=g_mask)
+        tl.store(ACCS + out[:, None] * D + d[None, :], acc, mask=g_mask[:, None])
+
+
+@triton.jit
+def _attn_reduce_kernel(POS, MAXS, SUMS, ACCS, OUT, group, D: tl.constexpr,
+                        GROUP_P: tl.constexpr, BLOCK_T: tl.constexpr, SPLITS: tl.constexpr,
+                        MIN_CHUNK: tl.constexpr, PDL: tl.constexpr):
+    _grid_sync(PDL)
+    head = tl.program_id(0)
+    length = tl.load(POS).to(tl.int32) + 1
+    active = tl.cdiv(length, _chunk(length, SPLITS, MIN_CHUNK, BLOCK_T))
+    s = tl.arange(0, SPLITS)
+    s_mask = s < active
+    d = tl.arange(0, D)
+    index = ((head // group) * SPLITS + s) * GROUP_P + head % group
+    m = tl.load(MAXS + index, mask=s_mask, other=float('-inf'))
+    weight = tl.exp(m - tl.max(m, axis=0))
+    total = tl.sum(tl.load(SUMS + index, mask=s_mask, other=0.0) * weight, axis=0)
+    acc = tl.load(ACCS + index[:, None] * D + d[None, :], mask=s_mask[:, None], other=0.0)
+    tl.store(OUT + head * D + d, tl.sum(acc * weight[:, None], axis=0) / total)
 
 
 @triton.jit
@@ -377,40 +370,42 @@ def matvec_add(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor) -> None:
     _matvec(w, a, x, None, None, 0.0, 'matvec_add', accumulate=True)
 
 
-# Per-kv-head arrival counters of the attention kernel, zero between launches (the last split
-# resets its own); one buffer per device and size serves every layer, since layers run in turn.
-_COUNTERS: Dict[Tuple[int, int], torch.Tensor] = {}
-
-
-def attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-              k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """
-    Rotate q and k for pos (RoPE), store k and v at pos, attend over 0..pos (GQA).
-
-    Returns float32 [Hq * D]. One kernel launch.
-    """
+def rope_and_cache(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                   k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Rotate q and k for position pos, store k and v at pos; return q [Hq, D] (float32)."""
     kv_heads, max_context, dim = k_cache.shape
-    group = num_heads // kv_heads
+    q = torch.empty(num_heads, dim, device=qkv.device, dtype=torch.float32)
+    _rope_cache_kernel[(num_heads + kv_heads,)](
+        qkv, pos, cos, sin, k_cache, v_cache, q, num_heads, kv_heads, max_context,
+        HALF=dim // 2, num_warps=1, **_pdl(qkv.device))
+    return q
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     pos: torch.Tensor) -> torch.Tensor:
+    """Attend q [Hq, D] over cache positions 0..pos with GQA; return float32 [Hq * D]."""
+    kv_heads, max_context, dim = k_cache.shape
+    heads = q.shape[0]
+    group = heads // kv_heads
     group_p = max(16, triton.next_power_of_2(group))   # tl.dot needs 16 rows
     splits, min_chunk = ATTENTION['splits'], ATTENTION['min_chunk']
     block_t = ATTENTION['block_t']
     if INTERPRET:
         splits, min_chunk, block_t = 4, 16, 16
-    device = qkv.device
-    key = (device.index or 0, kv_heads)
-    if key not in _COUNTERS:
-        _COUNTERS[key] = torch.zeros(kv_heads, dtype=torch.int32, device=device)
-    maxs = torch.empty(kv_heads * splits * group_p, device=device, dtype=torch.float32)
+    maxs = torch.empty(kv_heads * splits * group_p, device=q.device, dtype=torch.float32)
     sums = torch.empty_like(maxs)
-    accs = torch.empty(kv_heads * splits * group_p, dim, device=device, dtype=torch.float32)
-    out = torch.empty(num_heads * dim, device=device, dtype=torch.float32)
+    accs = torch.empty(kv_heads * splits * group_p, dim, device=q.device, dtype=torch.float32)
     # Matrix units in the cache dtype; a float32 cache gets full float32 products, not TF32.
     dot = tl.float32 if INTERPRET or k_cache.dtype == torch.float32 else (
         tl.bfloat16 if k_cache.dtype == torch.bfloat16 else tl.float16)
     precision = 'ieee' if dot == tl.float32 else 'tf32'  # ignored for 16-bit operands
-    _attention_kernel[(kv_heads, splits)](
-        qkv, pos, cos, sin, k_cache, v_cache, maxs, sums, accs, _COUNTERS[key], out, num_heads,
-        kv_heads, max_context, dim ** -0.5, group, HALF=dim // 2, GROUP_P=group_p,
-        BLOCK_T=block_t, SPLITS=splits, MIN_CHUNK=min_chunk, DOT=dot, PRECISION=precision,
-        num_warps=ATTENTION['num_warps'], **_pdl(device))
-    return out
+    pdl = _pdl(q.device)
+    _attn_split_kernel[(kv_heads, splits)](
+        q, k_cache, v_cache, pos, maxs, sums, accs, max_context, dim ** -0.5, group, D=dim,
+        GROUP_P=group_p, BLOCK_T=block_t, SPLITS=splits, MIN_CHUNK=min_chunk, DOT=dot,
+        PRECISION=precision, num_warps=ATTENTION['num_warps'], **pdl)
+    out = torch.empty(heads, dim, device=q.device, dtype=torch.float32)
+    _attn_reduce_kernel[(heads,)](
+        pos, maxs, sums, accs, out, group, D=dim, GROUP_P=group_p, BLOCK_T=block_t,
+        SPLITS=splits, MIN_CHUNK=min_chunk, num_warps=4, **pdl)
+    return out.view(-1)

@@ -40,15 +40,9 @@ def matvec_add(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor) -> None:
     x += torch.nn.functional.linear(a.to(w.dtype), w).float()
 
 
-def attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-              k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """Rotate q and k for pos (RoPE), store k and v at pos, attend over 0..pos: [Hq * D]."""
-    q = _rope_and_cache(qkv, pos, cos, sin, k_cache, v_cache, num_heads)
-    return _attend(q, k_cache, v_cache, pos)
-
-
-def _rope_and_cache(qkv, pos, cos, sin, k_cache, v_cache, num_heads):
-    # Rotate q and k for position pos, store k and v at pos; return q [Hq, D] (float32).
+def rope_and_cache(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                   k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Rotate q and k for position pos, store k and v at pos; return q [Hq, D] (float32)."""
     kv_heads, _, dim = k_cache.shape
     q, k, v = qkv.split([num_heads * dim, kv_heads * dim, kv_heads * dim])
     c, s = cos[pos.long()], sin[pos.long()]                       # [1, D/2]
@@ -63,8 +57,9 @@ def _rope_and_cache(qkv, pos, cos, sin, k_cache, v_cache, num_heads):
     return rotate(q.view(num_heads, dim))
 
 
-def _attend(q, k_cache, v_cache, pos):
-    # Attend q [Hq, D] over cache positions 0..pos with GQA; return float32 [Hq * D].
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     pos: torch.Tensor) -> torch.Tensor:
+    """Attend q [Hq, D] over cache positions 0..pos with GQA; return float32 [Hq * D]."""
     kv_heads, _, dim = k_cache.shape
     length = int(pos) + 1  # host read: fine on the CPU path, which is never graph-captured
     group = q.shape[0] // kv_heads
