@@ -15,7 +15,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/physinf_out}
 WORK=$OUT/work
-STASH=/root/physinf_stash
+STASH=$HOME/physinf_stash
 mkdir -p "$WORK" "$STASH" /tmp/site
 export PYTHONUNBUFFERED=1
 export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}

@@ -83,11 +83,15 @@ def test_prefill_logits_match_the_dequantised_reference(fp16_cache, reference, r
 
 
 def test_prefill_is_causal(fp16_cache):
-    # Without a causal mask, the first positions would change when later tokens are added.
+    # Without a causal mask, the first positions would change when later tokens are added:
+    # position 0 would attend to all 105 tokens instead of 24, an error of order one. With the
+    # mask only fp16 rounding differs between a 24-row and a 105-row prefill; on the H200
+    # (2026-11-29) that measured mean 0.006, max 0.032 (at position 0, the BOS row).
     ids = fp16_cache.tokenizer.encode(TEXT)
     whole = fp16_cache.decoder.prompt_logits(ids)
     head = fp16_cache.decoder.prompt_logits(ids[:24])
-    assert relative_error(whole[:24], head).max() < 0.02
+    error = relative_error(whole[:24], head)
+    assert error.mean() < 0.01 and error.max() < 0.05
 
 
 def test_decode_steps_follow_the_reference(fp16_cache, reference):
