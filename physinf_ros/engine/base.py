@@ -14,6 +14,21 @@ class ContextFull(EngineError):
     """The KV cache has no room for another token."""
 
 
+def check_prompt(token_ids: Sequence[int], max_context: int) -> None:
+    """Refuse a prompt that is empty or leaves no room for a reply in max_context."""
+    if not token_ids:
+        raise EngineError('empty prompt: nothing to decode from')
+    if len(token_ids) >= max_context:
+        raise ContextFull(f'prompt of {len(token_ids)} tokens leaves no room in a context '
+                          f'of {max_context} tokens')
+
+
+def check_room(position: int, max_context: int) -> None:
+    """Refuse a step once prompt plus reply would exceed max_context tokens."""
+    if position + 1 >= max_context:
+        raise ContextFull(f'context of {max_context} tokens is full')
+
+
 @dataclass(frozen=True)
 class Sampling:
     """How the next token is chosen: temperature 0 means greedy (argmax)."""

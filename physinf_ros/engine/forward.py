@@ -4,7 +4,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from .base import ContextFull, DecoderInfo, EngineError, Sampling
+from .base import check_prompt, check_room, DecoderInfo, EngineError, Sampling
 from .sampling import choose, make_generator
 
 
@@ -42,11 +42,7 @@ class ForwardDecoder:
 
     @torch.inference_mode()
     def prefill(self, token_ids: Sequence[int], sampling: Sampling) -> int:
-        if not token_ids:
-            raise EngineError('empty prompt: nothing to decode from')
-        if len(token_ids) >= self.info.max_context:
-            raise ContextFull(f'prompt of {len(token_ids)} tokens leaves no room in a context '
-                              f'of {self.info.max_context} tokens')
+        check_prompt(token_ids, self.info.max_context)
         self._reset_cache()
         self._sampling = sampling
         self._generator = make_generator(sampling, self.device)
@@ -59,9 +55,7 @@ class ForwardDecoder:
     def step(self, token: Optional[int] = None) -> int:
         if self._last_token is None:
             raise EngineError('step() before prefill()')
-        # Prompt plus reply never exceed max_context tokens.
-        if self._position + 1 >= self.info.max_context:
-            raise ContextFull(f'context of {self.info.max_context} tokens is full')
+        check_room(self._position, self.info.max_context)
         fed = self._last_token if token is None else token
         ids = torch.tensor([[fed]], dtype=torch.long, device=self.ids_device)
         logits = self._forward(ids, self._position)

@@ -17,7 +17,7 @@ from typing import Callable, Dict, Optional, Sequence
 import torch
 
 from . import ops_torch
-from .base import ContextFull, DecoderInfo, EngineError, Sampling
+from .base import check_prompt, check_room, ContextFull, DecoderInfo, EngineError, Sampling
 from .llama import decode_layers, KVCache, prefill, prompt_logits, rope_tables, Weights
 from .sampling import choose, make_generator, sample
 
@@ -115,11 +115,7 @@ class NativeDecoder:
 
     @torch.inference_mode()
     def prefill(self, token_ids: Sequence[int], sampling: Sampling) -> int:
-        if not token_ids:
-            raise EngineError('empty prompt: nothing to decode from')
-        if len(token_ids) >= self.info.max_context:
-            raise ContextFull(f'prompt of {len(token_ids)} tokens leaves no room in a context '
-                              f'of {self.info.max_context} tokens')
+        check_prompt(token_ids, self.info.max_context)
         self._sampling = sampling
         self._generator = make_generator(sampling, self.device)
         if not sampling.greedy:
@@ -140,9 +136,7 @@ class NativeDecoder:
     def step(self, token: Optional[int] = None) -> int:
         if not self._started:
             raise EngineError('step() before prefill()')
-        # Prompt plus reply never exceed max_context tokens.
-        if self._position + 1 >= self.info.max_context:
-            raise ContextFull(f'context of {self.info.max_context} tokens is full')
+        check_room(self._position, self.info.max_context)
         if token is not None:
             self.token.fill_(token)   # teacher forcing: one small copy before the step
         greedy = self._sampling.greedy
