@@ -54,7 +54,7 @@ def test_diagnostics_come_from_the_decoder(harness):
     mark = harness.probe.mark()
     status = harness.wait_for(lambda: harness.probe.since(mark, 'diagnostics'), 5,
                               'diagnostics')[-1]
-    assert status['backend'] == 'eager' and status['device'] == 'cpu'  # auto on a CPU
+    assert status['backend'] == 'eager' and status['device'] == 'cpu'   # auto, on a CPU
     assert status['model'].startswith('SmolLM2-135M')
     assert float(status['step_ms_p50']) > 0 and float(status['tokens_per_s']) > 0
 

@@ -420,6 +420,11 @@ def test_flood_of_1000_prompts_is_accounted_for(harness, figures):
 
 
 # -- 6. soak ---------------------------------------------------------------------------------
+def host_load():
+    """Return the 1-minute load average: latency drift on a shared CPU follows it."""
+    return float(Path('/proc/loadavg').read_text().split()[0])
+
+
 def test_soak_of_200_back_to_back_requests(harness, figures):
     probe = harness.probe
     rows = []        # per request: node TTFT, first-token latency seen here, its step times
@@ -427,6 +432,7 @@ def test_soak_of_200_back_to_back_requests(harness, figures):
     for i in range(SOAK):
         if i == 10:
             statuses['start'] = harness.node.status()   # after a warm-up of 10 requests
+            load_start = host_load()
         mark = probe.mark()
         sent = time.monotonic()
         finished = serve(harness, f'Name a colour of the rainbow ({i % 10}).')
@@ -438,6 +444,7 @@ def test_soak_of_200_back_to_back_requests(harness, figures):
                      else None,
                      'steps': probe.since(mark, 'step_latency')[:finished['steps']]})
     statuses['end'] = harness.node.status()
+    load_end = host_load()
 
     def window(part):
         steps = [ms for row in part for ms in row['steps']]
@@ -456,7 +463,8 @@ def test_soak_of_200_back_to_back_requests(harness, figures):
     figures('soak', requests=SOAK, start=start, end=end, drift_pct=drift,
             rss_mib_start=statuses['start']['rss_mib'], rss_mib_end=statuses['end']['rss_mib'],
             rss_growth_mib=round(growth, 1), rss_bound_mib=SOAK_RSS_GROWTH_MIB,
-            threads_start=statuses['start']['threads'], threads_end=statuses['end']['threads'])
+            threads_start=statuses['start']['threads'], threads_end=statuses['end']['threads'],
+            host_load_start=load_start, host_load_end=load_end)
     assert growth <= SOAK_RSS_GROWTH_MIB
     assert statuses['end']['threads'] <= statuses['start']['threads']
 
