@@ -50,12 +50,20 @@ DECODER_PARAMS = (
     Param('use_chat_template', True, "Wrap prompts in the model's chat template."),
     Param('system_prompt', '',
           'System turn put before each prompt (empty: the template default).'),
+    Param('max_prompt_bytes', 65536,
+          'Largest prompt in UTF-8 bytes; larger ones are refused before any tokenizer work.',
+          low=1, high=16 * 2**20),
+    Param('truncate_prompt', False,
+          'When a prompt leaves no room for a reply: false refuses it with its token count; '
+          'true drops its beginning to leave room for max_new_tokens (at most half the '
+          'context).'),
     Param('queue_size', 8, 'Prompts that may wait while one is decoded; more are rejected.',
           read_only=True, low=1, high=10000),
 )
 
 PARAMS_BY_NAME = {p.name: p for p in DECODER_PARAMS}
 _DEVICE = re.compile(r'^(auto|cpu|cuda(:\d+)?)$')
+_KINDS = {bool: 'a boolean', int: 'an integer', float: 'a float', str: 'a string'}
 
 
 def check(name: str, value: Any) -> Optional[str]:
@@ -70,8 +78,8 @@ def check_value(param: Param, value: Any) -> Optional[str]:
     """Why value is not acceptable for param (type, choices, range, format), or None."""
     name = param.name
     if type(value) is not type(param.default):
-        return (f'{name} must be a {type(param.default).__name__}, '
-                f'got {type(value).__name__} {value!r}')
+        return (f'{name} must be {_KINDS[type(param.default)]}, '
+                f'got {_KINDS.get(type(value), type(value).__name__)} {value!r}')
     if param.choices and value not in param.choices:
         return f'{name} must be one of {", ".join(param.choices)}; got {value!r}'
     if param.low is not None and not param.low <= value <= param.high:

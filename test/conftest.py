@@ -1,6 +1,8 @@
 """Shared fixtures, and the switch that runs the Triton kernels on the CPU where no GPU is."""
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -24,3 +26,30 @@ def pytest_collection_modifyitems(config, items):
 def embedded_engine():
     from physinf_ros.engine import load
     return load('embedded', backend='hf', device='cpu', dtype='float32', max_context=1024)
+
+
+# Figures measured by the reliability tests, by test: printed as they come, listed again at the
+# end of the run, and written to build/reliability_figures.json (or $PHYSINF_FIGURES).
+FIGURES = {}
+
+
+@pytest.fixture(scope='session')
+def figures():
+    """Return record(name, **values): keep a test's measured figures for the report."""
+    def record(name, **values):
+        FIGURES[name] = values
+        print(f'FIGURES {name}: {json.dumps(values)}')
+    return record
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if not FIGURES:
+        return
+    terminalreporter.section('reliability figures')
+    for name, values in FIGURES.items():
+        terminalreporter.write_line(f'{name}: {json.dumps(values)}')
+    path = Path(os.environ.get('PHYSINF_FIGURES')
+                or Path(str(config.rootpath)) / 'build' / 'reliability_figures.json')
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(FIGURES, indent=2) + '\n')
+    terminalreporter.write_line(f'written to {path}')

@@ -59,6 +59,13 @@ class NodeProcess:
         self._log.close()
         return code, time.monotonic() - start
 
+    def status(self):
+        """Resident memory (MiB) and thread count of the node process, from /proc."""
+        fields = dict(line.split(':', 1) for line in
+                      Path(f'/proc/{self.proc.pid}/status').read_text().splitlines())
+        return {'rss_mib': round(int(fields['VmRSS'].split()[0]) / 1024, 1),
+                'threads': int(fields['Threads'])}
+
     def kill(self):
         if self.proc.poll() is None:
             self.proc.kill()
@@ -85,6 +92,7 @@ class Probe(Node):
         self.base = base
         self.lock = threading.Lock()
         self.arrivals = []            # (topic, payload) in arrival order
+        self.times = []               # time.monotonic() of each arrival
         self.prompt_pub = self.create_publisher(String, f'{base}/prompt', 100)
         self.create_subscription(String, f'{base}/tokens',
                                  lambda m: self._record('tokens', m.data), TOKENS_QOS)
@@ -98,11 +106,13 @@ class Probe(Node):
         self.create_subscription(DiagnosticArray, '/diagnostics', self._on_diagnostics,
                                  DIAGNOSTICS_QOS)
         self.cancel_client = self.create_client(Trigger, f'{base}/cancel')
+        self.cancel_all_client = self.create_client(Trigger, f'{base}/cancel_all')
         self.params_client = self.create_client(SetParameters, f'{base}/set_parameters')
 
     def _record(self, topic, payload):
         with self.lock:
             self.arrivals.append((topic, payload))
+            self.times.append(time.monotonic())
 
     def _on_diagnostics(self, msg):
         for status in msg.status:
@@ -117,6 +127,12 @@ class Probe(Node):
         with self.lock:
             items = self.arrivals[mark:]
         return items if topic is None else [p for t, p in items if t == topic]
+
+    def since_timed(self, mark, topic):
+        """(arrival time, payload) of one topic's messages since mark."""
+        with self.lock:
+            items = list(zip(self.times[mark:], self.arrivals[mark:]))
+        return [(t, p) for t, (name, p) in items if name == topic]
 
     def events_for(self, request_id, mark=0):
         return [e for e in self.since(mark, 'events') if e['id'] == request_id]

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass, replace
 import time
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -10,7 +10,7 @@ from .base import ContextFull, Decoder, DecoderInfo, EngineError, Sampling
 from .device import device_label, dtype_name, pick_device, pick_dtype
 from .generate import Generation
 from .models import EMBEDDED, ModelSource, quant_method, resolve, stop_token_ids
-from .text import encode_prompt, load_tokenizer
+from .text import encode_prompt, encode_truncated, load_tokenizer
 
 # hf: transformers, eager. hf-graphed: transformers + StaticCache + one CUDA graph per step.
 # eager: our forward op by op. graphed: our whole step in one CUDA graph.
@@ -42,10 +42,19 @@ class Engine:
 
     def encode(self, text: str, use_chat_template: bool = True,
                system_prompt: str = '') -> List[int]:
+        self._need_tokenizer()
+        return encode_prompt(self.tokenizer, text, use_chat_template, system_prompt)
+
+    def encode_truncated(self, text: str, limit: int, use_chat_template: bool = True,
+                         system_prompt: str = '') -> Tuple[List[int], int]:
+        """Encode, dropping the start of text so the prompt takes at most limit tokens."""
+        self._need_tokenizer()
+        return encode_truncated(self.tokenizer, text, limit, use_chat_template, system_prompt)
+
+    def _need_tokenizer(self) -> None:
         if self.tokenizer is None:
             raise EngineError(f'{self.source.name} has no tokenizer (synthetic weights): '
                               'it serves token ids only, for benchmarks')
-        return encode_prompt(self.tokenizer, text, use_chat_template, system_prompt)
 
     def renew(self, backend: Optional[str] = None,
               log: Callable[[str], None] = lambda _: None,

@@ -58,6 +58,8 @@ class Generation:
     def _piece(self, token_id: int, step_ms: Optional[float]) -> Piece:
         if token_id in self._stop_ids:
             self.finish_reason = FINISH_EOS
+            if not self.token_ids:
+                self.detail = 'end of sequence as the first token: the reply is empty'
             return Piece(token_id, '', step_ms)
         self.token_ids.append(token_id)
         text = self._detok.push(token_id) if self._detok else ''

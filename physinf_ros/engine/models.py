@@ -87,6 +87,7 @@ def resolve(spec: str, log: Callable[[str], None] = lambda _: None) -> ModelSour
         if not (path / 'config.json').is_file():
             raise EngineError(f'{path} is a directory but has no config.json: '
                               'not a Hugging Face model directory')
+        read_config(path / 'config.json')
         return ModelSource(spec, path.name, path)
     if _HUB_ID.match(spec) and not spec.startswith(('.', '/', '~')):
         return ModelSource(spec, spec, hub_snapshot(spec))
@@ -135,6 +136,19 @@ def gptq_copy(spec: str, base: ModelSource, log: Callable[[str], None]) -> Model
         raise EngineError(f'cannot make a GPTQ copy of {base.name}: {exc}') from None
     group = json.loads((path / 'config.json').read_text())['quantization_config']['group_size']
     return ModelSource(spec, f'{base.name}, GPTQ 4-bit g{group}', path)
+
+
+def read_config(config_file: Path) -> dict:
+    """Read a model's config.json; a broken one is an error that names the file."""
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise EngineError(f'{config_file} could not be read as JSON ({exc}): '
+                          'restore the model directory') from None
+    if not isinstance(config, dict):
+        raise EngineError(f'{config_file} holds a JSON {type(config).__name__}, not an object: '
+                          'restore the model directory')
+    return config
 
 
 def synthetic_config(arch: str) -> dict:

@@ -1,6 +1,6 @@
 """Text in and out: chat-template prompts and streaming detokenisation."""
 
-from typing import Callable, List
+from typing import Callable, List, Tuple
 
 from .base import EngineError
 
@@ -32,6 +32,33 @@ def encode_prompt(tokenizer, text: str, use_chat_template: bool = True,
     if system_prompt:
         text = f'{system_prompt}\n\n{text}'
     return tokenizer.encode(text)
+
+
+def encode_truncated(tokenizer, text: str, limit: int, use_chat_template: bool = True,
+                     system_prompt: str = '') -> Tuple[List[int], int]:
+    """
+    Return token ids for one user turn cut to at most limit tokens, and the text tokens cut.
+
+    The beginning of the text is dropped (the oldest part of a long message); the template and
+    the system prompt stay whole, so the model still sees a well-formed turn.
+    """
+    ids = encode_prompt(tokenizer, text, use_chat_template, system_prompt)
+    if len(ids) <= limit:
+        return ids, 0
+    body = tokenizer.encode(text, add_special_tokens=False)
+    overhead = len(ids) - len(body)
+    keep = limit - overhead
+    # Text decoded from a cut token list re-encodes to about as many tokens, not always
+    # exactly as many: shrink until the whole prompt fits.
+    while keep > 0:
+        tail = tokenizer.decode(body[-keep:]).lstrip('\ufffd')
+        ids = encode_prompt(tokenizer, tail, use_chat_template, system_prompt)
+        if len(ids) <= limit:
+            return ids, len(body) - keep
+        keep -= len(ids) - limit
+    raise EngineError(f'the chat template and system prompt alone take {overhead} tokens, '
+                      f'no fewer than the {limit} a prompt may have: shorten system_prompt or '
+                      'raise max_context')
 
 
 class Detokenizer:

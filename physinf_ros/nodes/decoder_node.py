@@ -3,29 +3,37 @@ decoder_node: prompts in on ~/prompt, tokens streamed out on ~/tokens.
 
 A thin translator: the engine does the work, in a worker thread, so the executor stays free to
 answer ~/cancel, parameter changes and the diagnostics timer while a reply is being decoded.
+Prompt checks (prompts.py) and request bookkeeping (serving.py) live outside, free of rclpy.
 """
 
-from dataclasses import dataclass, field
+import gc
 import json
-import queue
+import signal
 import sys
 import threading
-from typing import Optional
+import time
+import traceback
+from typing import List, Optional
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescriptor,
                                 SetParametersResult)
 import rclpy
+from rclpy._rclpy_pybind11 import RCLError
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.exceptions import ParameterException
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.signals import SignalHandlerOptions
 from std_msgs.msg import Float64, String
 from std_srvs.srv import Trigger
 
 from ..config import check, DECODER_PARAMS
 from ..engine import EngineError, load, Sampling
+from ..prompts import admit, too_long, truncation_limit
 from ..roofline import LiveFloor
+from ..serving import Ledger, Request, RequestQueue
 from ..stats import LatencyWindow
 
 # Tokens must all arrive, in order, even when a subscriber lags a little: reliable and deep.
@@ -42,7 +50,10 @@ DIAGNOSTICS_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
 
 def descriptor(param) -> ParameterDescriptor:
     """Build the ROS parameter descriptor of a config.Param: description, range, read-only."""
-    desc = ParameterDescriptor(description=param.description, read_only=param.read_only)
+    # Types are checked by config.check, whose refusal names the parameter and both types;
+    # rclpy's own check would refuse first with only type numbers as its reason.
+    desc = ParameterDescriptor(description=param.description, read_only=param.read_only,
+                               dynamic_typing=True)
     if param.choices:
         desc.additional_constraints = 'one of: ' + ', '.join(param.choices)
     if param.low is not None and isinstance(param.default, float):
@@ -52,17 +63,6 @@ def descriptor(param) -> ParameterDescriptor:
         desc.integer_range = [IntegerRange(
             from_value=int(param.low), to_value=int(param.high), step=1)]
     return desc
-
-
-@dataclass
-class Request:
-    """One accepted prompt and the settings it was accepted with."""
-
-    id: int  # noqa: A003 - the request id, as the events call it
-    prompt_ids: list
-    max_new_tokens: int
-    sampling: Sampling
-    cancel: threading.Event = field(default_factory=threading.Event)
 
 
 class DecoderNode(Node):
@@ -91,12 +91,11 @@ class DecoderNode(Node):
             f'backend {info.backend}, {info.dtype}' + (f' ({info.note})' if info.note else ''))
         self._floor = LiveFloor(self.engine.decoder, log=self.get_logger().info)
 
-        self._queue: queue.Queue = queue.Queue(maxsize=s['queue_size'])
+        self._queue = RequestQueue(s['queue_size'])
         self._next_id = 1
-        self._current: Optional[Request] = None
         self._stopping = threading.Event()
         self._latency = LatencyWindow()
-        self._counts = {'finished': 0, 'rejected': 0, 'errors': 0}
+        self._ledger = Ledger()
         self._last_ttft_ms = float('nan')
 
         self._tokens_pub = self.create_publisher(String, '~/tokens', TOKENS_QOS)
@@ -109,6 +108,7 @@ class DecoderNode(Node):
         self.create_subscription(String, '~/prompt', self._on_prompt, PROMPT_QOS,
                                  callback_group=MutuallyExclusiveCallbackGroup())
         self.create_service(Trigger, '~/cancel', self._on_cancel)
+        self.create_service(Trigger, '~/cancel_all', self._on_cancel_all)
         self.create_timer(1.0, self._publish_diagnostics)
         self._worker = threading.Thread(target=self._serve, name='decode', daemon=True)
         self._worker.start()
@@ -126,90 +126,147 @@ class DecoderNode(Node):
         return SetParametersResult(successful=True)
 
     # -- requests -----------------------------------------------------------------------------
+    @property
+    def _current(self) -> Optional[Request]:
+        return self._queue.current
+
     def _event(self, event: str, request_id: int, reason: str, **extra) -> None:
         payload = {'event': event, 'id': request_id, 'reason': reason, **extra}
         self._publish(self._events_pub, String(data=json.dumps(payload)))
 
-    def _reject(self, request_id: int, reason: str) -> None:
-        self._counts['rejected'] += 1
+    def _reject(self, request_id: int, reason: str, **extra) -> None:
+        self._ledger.count('rejected')
         self.get_logger().warning(f'request {request_id} rejected: {reason}')
-        self._event('rejected', request_id, reason)
+        self._event('rejected', request_id, reason, **extra)
 
     def _on_prompt(self, msg: String) -> None:
         request_id, self._next_id = self._next_id, self._next_id + 1
+        self._ledger.count('received')
         s = dict(self._settings)
-        text = msg.data
-        if not text.strip():
-            return self._reject(request_id, 'empty prompt: send some text to answer')
+        # Size and text checks come before any tokenizer work: a 2 MB payload costs a length.
+        admission = admit(msg.data, s['max_prompt_bytes'])
+        if not admission.ok:
+            return self._reject(request_id, admission.reason,
+                                prompt_bytes=admission.prompt_bytes)
+        notes = []
+        if admission.removed_controls:
+            notes.append(f'{admission.removed_controls} control characters removed')
         try:
-            prompt_ids = self.engine.encode(text, s['use_chat_template'], s['system_prompt'])
+            prompt_ids = self.engine.encode(admission.text, s['use_chat_template'],
+                                            s['system_prompt'])
+            if len(prompt_ids) >= s['max_context'] and s['truncate_prompt']:
+                full = len(prompt_ids)
+                prompt_ids, dropped = self.engine.encode_truncated(
+                    admission.text, truncation_limit(s['max_context'], s['max_new_tokens']),
+                    s['use_chat_template'], s['system_prompt'])
+                notes.append(f'truncated from {full} to {len(prompt_ids)} tokens '
+                             f'(the first {dropped} tokens of the text dropped)')
         except Exception as exc:  # noqa: B902 - a tokenizer failure must not kill the node
             return self._reject(request_id, f'prompt could not be tokenised: {exc}')
         room = s['max_context'] - len(prompt_ids)
         if room < 1:
-            return self._reject(
-                request_id, f'prompt is {len(prompt_ids)} tokens; max_context is '
-                f'{s["max_context"]}, which leaves no room for a reply: shorten the prompt')
+            return self._reject(request_id, too_long(len(prompt_ids), s['max_context']),
+                                prompt_tokens=len(prompt_ids), max_context=s['max_context'])
         seed = s['seed'] if s['seed'] >= 0 else None
         request = Request(request_id, prompt_ids, min(s['max_new_tokens'], room),
                           Sampling(s['temperature'], s['top_p'], seed))
-        try:
-            self._queue.put_nowait(request)
-        except queue.Full:
-            return self._reject(request_id, f'queue full ({self._queue.maxsize} waiting): '
-                                'retry later or start the node with a larger queue_size')
-        self._event('accepted', request_id, f'queued at position {self._queue.qsize()}',
-                    prompt_tokens=len(prompt_ids))
+
+        def accepted(position: int) -> None:
+            self._ledger.count('accepted')
+            self._event('accepted', request_id,
+                        '; '.join([f'queued at position {position}'] + notes),
+                        prompt_tokens=len(prompt_ids))
+
+        if not self._queue.put(request, accepted):
+            self._reject(request_id, f'queue full ({self._queue.maxsize} waiting): '
+                         'retry later or start the node with a larger queue_size')
 
     def _on_cancel(self, request, response):
         current = self._current
         if current is None:
-            response.success, response.message = False, 'nothing to cancel: no request running'
+            waiting = self._queue.qsize()
+            response.success = False
+            response.message = 'nothing to cancel: no request running' + (
+                f' ({waiting} waiting; ~/cancel_all drops them)' if waiting else '')
         else:
-            current.cancel.set()
+            current.cancel()
             response.success, response.message = True, f'cancelling request {current.id}'
             self.get_logger().info(response.message)
         return response
 
+    def _on_cancel_all(self, request, response):
+        current, waiting = self._queue.snapshot()
+        for item in ([current] if current else []) + waiting:
+            item.cancel()
+        parts = ([f'request {current.id} (running)'] if current else []) + (
+            [f'{len(waiting)} waiting ({", ".join(str(r.id) for r in waiting)})']
+            if waiting else [])
+        response.success = bool(parts)
+        response.message = ('cancelling ' + ' and '.join(parts) if parts
+                            else 'nothing to cancel: no request running or waiting')
+        self.get_logger().info(response.message)
+        return response
+
     # -- decoding (worker thread) ------------------------------------------------------------
     def _serve(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                request = self._queue.get(timeout=0.1)
-            except queue.Empty:
+        while True:
+            request = self._queue.take(timeout=0.1)
+            if request is None:
+                if self._stopping.is_set():
+                    return
                 continue
-            self._current = request
+            if self._stopping.is_set():
+                request.cancel()
             try:
-                self._decode(request)
+                if request.cancelled:
+                    self._finish_unstarted(request)
+                else:
+                    self._decode(request)
             except Exception as exc:  # noqa: B902 - report, then keep serving
-                self._counts['errors'] += 1
+                self._ledger.count('errors')
                 self.get_logger().error(f'request {request.id} failed: {exc}')
                 self._event('error', request.id, f'decoding failed: {exc}')
             finally:
-                self._current = None
+                self._queue.done()
+
+    def _finish_unstarted(self, request: Request) -> None:
+        # Cancelled while waiting: it ends like any other request, with an empty reply.
+        self._ledger.count('finished', 'cancelled')
+        self._publish(self._response_pub, String(data=''))
+        self._event('finished', request.id, 'cancelled',
+                    detail='node shutting down' if self._stopping.is_set()
+                    else 'cancelled while waiting',
+                    tokens=0, steps=0, ttft_ms=None, tokens_per_s=0.0)
 
     def _decode(self, request: Request) -> None:
         self._event('started', request.id, f'decoding {len(request.prompt_ids)} prompt tokens',
                     prompt_tokens=len(request.prompt_ids))
         generation = self.engine.generate(
             request.prompt_ids, request.max_new_tokens, request.sampling,
-            cancelled=lambda: request.cancel.is_set() or self._stopping.is_set())
+            cancelled=lambda: request.cancelled)
         for piece in generation:
             if piece.text:
                 self._publish(self._tokens_pub, String(data=piece.text))
             if piece.step_ms is not None:
+                request.steps += 1
                 self._latency.add(piece.step_ms)
                 self._publish(self._latency_pub, Float64(data=piece.step_ms))
         self._last_ttft_ms = generation.ttft_ms
-        self._counts['finished'] += 1
+        reason = generation.finish_reason
+        self._ledger.count('finished', *(['cancelled'] if reason == 'cancelled' else []))
         self._publish(self._response_pub, String(data=generation.text))
         steps = generation.step_ms
-        self._event('finished', request.id, generation.finish_reason, detail=generation.detail,
+        extra = {}
+        if reason == 'cancelled' and request.steps_at_cancel is not None:
+            # How promptly a cancel takes: steps decoded after it arrived, and the time taken.
+            extra = {'steps_after_cancel': len(steps) - request.steps_at_cancel,
+                     'cancel_ms': round((time.monotonic() - request.cancelled_at) * 1000, 3)}
+        self._event('finished', request.id, reason, detail=generation.detail,
                     tokens=len(generation.token_ids), steps=len(steps),
                     ttft_ms=round(generation.ttft_ms, 3),
-                    tokens_per_s=round(generation.tokens_per_s, 2))
+                    tokens_per_s=round(generation.tokens_per_s, 2), **extra)
         self.get_logger().info(
-            f'request {request.id} finished ({generation.finish_reason}): '
+            f'request {request.id} finished ({reason}): '
             f'{len(generation.token_ids)} tokens, TTFT {generation.ttft_ms:.1f} ms, '
             f'{generation.tokens_per_s:.1f} tokens/s')
 
@@ -231,8 +288,7 @@ class DecoderNode(Node):
             'queue_depth': self._queue.qsize(), 'ttft_ms': self._last_ttft_ms,
             'step_ms_p50': summary['p50'], 'step_ms_p90': summary['p90'],
             'step_ms_p99': summary['p99'], 'tokens_per_s': summary['tokens_per_s'],
-            'requests_finished': self._counts['finished'],
-            'requests_rejected': self._counts['rejected'], 'errors': self._counts['errors'],
+            **{f'requests_{k}': v for k, v in self._ledger.snapshot().items()},
             # t_floor at the context now in the KV cache, against the windowed step p50.
             **self._floor.values(self.engine.decoder.position, summary['p50']),
         }
@@ -246,30 +302,56 @@ class DecoderNode(Node):
         self._publish(self._diag_pub, array)
 
     def shutdown(self) -> None:
-        """Stop the worker within about one decode step."""
+        """Stop the worker within about one decode step; waiting requests end as cancelled."""
         self._stopping.set()
-        if self._current is not None:
-            self._current.cancel.set()
-        self._worker.join(timeout=2.0)
+        current, waiting = self._queue.snapshot()
+        for request in ([current] if current else []) + waiting:
+            request.cancel()
+        # A long prefill cannot be interrupted; the worker is a daemon, so do not wait for it.
+        self._worker.join(timeout=1.0)
 
 
 def _fmt(value) -> str:
     return f'{value:.3f}' if isinstance(value, float) else str(value)
 
 
+def _params_files(args: Optional[List[str]]) -> List[str]:
+    argv = sys.argv if args is None else args
+    return [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == '--params-file']
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(args=None) -> int:
-    rclpy.init(args=args)
+    logger = rclpy.logging.get_logger('decoder')
+    try:
+        # Ctrl-C and SIGTERM are handled here, not by rclpy, whose handlers shut ROS down at
+        # once: the node first ends its requests, and their events still go out.
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    except RCLError as exc:
+        # rcl parses --ros-args (a broken --params-file included) before any node exists.
+        logger.fatal(f'ROS 2 could not start with these arguments: {exc}')
+        return 1
+    signal.signal(signal.SIGTERM, _interrupt)
     node = None
     code = 0
     try:
         node = DecoderNode()
         executor = MultiThreadedExecutor(num_threads=3)
         executor.add_node(node)
-        executor.spin()
+        while rclpy.ok():
+            # Short waits: Python handles a signal between two of them, within 0.1 s.
+            executor.spin_once(timeout_sec=0.1)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
-    except EngineError as exc:
-        rclpy.logging.get_logger('decoder').fatal(str(exc))
+    except (EngineError, ParameterException) as exc:
+        files = _params_files(args)
+        logger.fatal(str(exc) + (f' (parameters files: {", ".join(files)})' if files else ''))
+        code = 1
+    except Exception:  # noqa: B902 - anything else is a bug: say where, exit non-zero
+        logger.fatal('decoder_node failed:\n' + traceback.format_exc())
         code = 1
     finally:
         if node is not None:
@@ -277,6 +359,9 @@ def main(args=None) -> int:
             node.get_logger().info('stopped')
             node.destroy_node()
         rclpy.try_shutdown()
+    # The process ends now: spare it the interpreter's last garbage collections over torch's
+    # and the model's objects, which take seconds on a busy CPU; the memory goes back anyway.
+    gc.freeze()
     return code
 
 

@@ -1,0 +1,75 @@
+"""decoder_node started on a broken model or broken parameters exits non-zero, naming the cause."""
+
+import os
+import subprocess
+import time
+
+import pytest
+from ros_harness import installed_command
+
+NAMESPACE = f'/start{os.getpid()}'
+
+
+def start_node(*ros_args, env=None):
+    """Run decoder_node to its exit; return (exit code, seconds, its whole output)."""
+    command = installed_command('decoder_node', 'physinf_ros.nodes.decoder_node')
+    start = time.monotonic()
+    done = subprocess.run(command + ['--ros-args', '-r', f'__ns:={NAMESPACE}', *ros_args],
+                          capture_output=True, text=True, timeout=180,
+                          env=dict(os.environ, **(env or {})))
+    return done.returncode, time.monotonic() - start, done.stdout + done.stderr
+
+
+def corrupt_model_dir(folder):
+    (folder / 'config.json').write_text('{"model_type": "llama", "hidden_size": ')
+    return folder / 'config.json'
+
+
+def write(path, text):
+    path.write_text(text)
+    return path
+
+
+CASES = {
+    'missing model file': lambda tmp: (['-p', 'model:=/nonexistent/x.gguf'],
+                                       ['/nonexistent/x.gguf', 'not found']),
+    'corrupt config.json': lambda tmp: (['-p', f'model:={tmp}'],
+                                        [str(corrupt_model_dir(tmp)), 'JSON']),
+    'corrupt params YAML': lambda tmp: (
+        ['--params-file', str(write(tmp / 'bad.yaml', '/**/decoder:\n  ros__parameters:\n'
+                                    '    model: [embedded\n  bad: : :\n'))],
+        [str(tmp / 'bad.yaml'), "Couldn't parse params file"]),
+    'missing params file': lambda tmp: (['--params-file', str(tmp / 'none.yaml')],
+                                        [str(tmp / 'none.yaml')]),
+    'wrongly typed parameter in YAML': lambda tmp: (
+        ['--params-file', str(write(tmp / 'typed.yaml', '/**/decoder:\n  ros__parameters:\n'
+                                    '    max_context: lots\n'))],
+        [str(tmp / 'typed.yaml'), 'max_context must be an integer', "'lots'"]),
+    'invalid parameter value': lambda tmp: (['-p', 'device:=tpu'], ['device must be']),
+    'parameter out of range': lambda tmp: (['-p', 'max_context:=5'], ['max_context', 'range']),
+}
+
+
+def test_enforced_security_without_keys_refuses_to_start(tmp_path, figures):
+    # SROS2 with ROS_SECURITY_STRATEGY=Enforce: no enclave keys, no node (rcl checks this
+    # before any DDS traffic, so it holds with the PyPI wheels too; see docs/RELIABILITY.md).
+    code, seconds, output = start_node(
+        '--enclave', '/physinf/decoder',
+        env={'ROS_SECURITY_ENABLE': 'true', 'ROS_SECURITY_STRATEGY': 'Enforce',
+             'ROS_SECURITY_KEYSTORE': str(tmp_path)})
+    figures('startup fault: SROS2 enforced without keys', exit_code=code,
+            message=next((line for line in output.splitlines() if 'FATAL' in line), ''))
+    assert code == 1, output
+    assert 'SECURITY ERROR' in output and str(tmp_path / 'enclaves' / 'physinf') in output
+
+
+@pytest.mark.parametrize('case', CASES)
+def test_broken_start_exits_non_zero_and_names_the_cause(tmp_path, case, figures):
+    ros_args, words = CASES[case](tmp_path)
+    code, seconds, output = start_node(*ros_args)
+    figures(f'startup fault: {case}', exit_code=code, seconds=round(seconds, 2),
+            message=next((line for line in output.splitlines() if 'FATAL' in line), ''))
+    assert code == 1, output
+    for word in words:
+        assert word in output, output
+    assert 'FATAL' in output and 'Traceback' not in output, output

@@ -1,0 +1,108 @@
+"""Prompt admission and truncation: bad input is refused with a reason, before any tokenizer."""
+
+import sys
+
+from physinf_ros.engine import EngineError
+from physinf_ros.prompts import admit, too_long, truncation_limit
+import pytest
+
+LIMIT = 65536
+
+
+@pytest.mark.parametrize('text, words', [
+    ('', ['empty prompt', 'whitespace']),
+    (' \t\n\u3000\u00a0 ', ['empty prompt', 'whitespace']),
+    ('\x07\x1b\x7f', ['empty prompt', '3 control characters']),
+    ('hello\x00world', ['not valid text', 'NUL', 'character 5']),
+    ('bad \ufffd bytes', ['not valid text', 'U+FFFD', 'invalid UTF-8', 'character 4']),
+    ('lone \ud800 surrogate', ['not valid text', 'surrogate U+D800']),
+    ('x' * (LIMIT + 1), ['65537 bytes', 'max_prompt_bytes is 65536']),
+    ('é' * (LIMIT // 2 + 1), ['65538 bytes']),   # two bytes a character: bytes, not chars
+])
+def test_bad_prompts_are_refused_with_a_reason(text, words):
+    admission = admit(text, LIMIT)
+    assert not admission.ok
+    for word in words:
+        assert word in admission.reason
+
+
+def test_control_characters_are_removed_and_counted_but_layout_stays():
+    admission = admit('turn \x1b[31mleft\x1b[0m\tnow\r\nplease\x07', LIMIT)
+    assert admission.ok
+    assert admission.text == 'turn [31mleft[0m\tnow\r\nplease'
+    assert admission.removed_controls == 3
+
+
+def test_good_text_passes_unchanged():
+    text = 'Where is the kitchen? 🤖 こんにちは, naïve “robot”'
+    admission = admit(text, LIMIT)
+    assert admission.ok and admission.text == text and admission.removed_controls == 0
+    assert admission.prompt_bytes == len(text.encode())
+
+
+def test_a_2_mb_payload_is_refused_by_its_size_alone():
+    payload = 'A' * (2 * 2**20)
+    admission = admit(payload, LIMIT)
+    assert not admission.ok and admission.prompt_bytes == 2 * 2**20
+    assert str(2 * 2**20) in admission.reason
+
+
+def test_too_long_names_the_token_counts():
+    reason = too_long(3000, 1024)
+    assert '3000 tokens' in reason and 'max_context is 1024' in reason
+    assert 'truncate_prompt' in reason
+
+
+@pytest.mark.parametrize('max_context, max_new_tokens, limit', [
+    (1024, 48, 976), (1024, 4000, 512), (64, 8, 56), (16, 16, 8)])
+def test_truncation_leaves_room_for_the_reply(max_context, max_new_tokens, limit):
+    assert truncation_limit(max_context, max_new_tokens) == limit
+
+
+def test_truncation_keeps_the_end_of_the_text_and_a_whole_template(embedded_engine):
+    text = ' '.join(f'word{i}' for i in range(600)) + ' Where is the kitchen?'
+    full = embedded_engine.encode(text)
+    ids, dropped = embedded_engine.encode_truncated(text, 200)
+    assert len(full) > 200 >= len(ids) > 190
+    assert dropped > 0
+    decoded = embedded_engine.tokenizer.decode(ids)
+    assert decoded.startswith('<|im_start|>system') and decoded.endswith('assistant\n')
+    assert 'Where is the kitchen?' in decoded and 'word0 ' not in decoded
+
+
+def test_a_prompt_that_fits_is_not_truncated(embedded_engine):
+    ids, dropped = embedded_engine.encode_truncated('Hello there.', 200)
+    assert ids == embedded_engine.encode('Hello there.') and dropped == 0
+
+
+def test_truncation_refuses_when_the_template_alone_is_too_long(embedded_engine):
+    with pytest.raises(EngineError, match='template and system prompt alone'):
+        embedded_engine.encode_truncated('Hello ' * 50, 10)
+
+
+HOSTILE = ['../../etc/passwd', '$(touch /tmp/physinf_pwned)', '`id`; rm -rf /',
+           '{{ 7 * 7 }}{% for x in range(3) %}x{% endfor %}', "__import__('os').system('id')"]
+
+
+@pytest.mark.parametrize('text', HOSTILE)
+def test_prompts_are_data_never_paths_or_code(embedded_engine, text):
+    # Python's audit hooks see every open, exec, compile, import and subprocess: none of them
+    # may carry the prompt while it is checked, tokenised and decoded.
+    seen = []
+    watching = [True]
+
+    def hook(event, args):
+        if watching[0] and any(text in str(arg) for arg in args):
+            seen.append(event)
+
+    sys.addaudithook(hook)
+    try:
+        admission = admit(text, LIMIT)
+        ids = embedded_engine.encode(admission.text)
+        generation = embedded_engine.generate(ids, 2)
+        list(generation)
+    finally:
+        watching[0] = False   # audit hooks cannot be removed; this one goes quiet
+    assert admission.ok and admission.text == text
+    assert text in embedded_engine.tokenizer.decode(ids), 'the prompt must reach the model as text'
+    assert seen == []
