@@ -2,14 +2,13 @@
 
 import json
 from pathlib import Path
-import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray
+from installed import installed_command  # noqa: F401 - re-exported for the node tests
 from physinf_ros.nodes.decoder_node import (DIAGNOSTICS_QOS, EVENTS_QOS, LATENCY_QOS,
                                             TOKENS_QOS)
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
@@ -19,19 +18,6 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from std_msgs.msg import Float64, String
 from std_srvs.srv import Trigger
-
-
-def installed_command(script, module):
-    """Find an installed console script (where ros2 run looks), else run its module."""
-    try:
-        from ament_index_python.packages import get_package_prefix
-        exe = Path(get_package_prefix('physinf_ros')) / 'lib' / 'physinf_ros' / script
-        if exe.is_file():
-            return [str(exe)]
-    except Exception:  # noqa: B902 - not in an ament prefix: fall back below
-        pass
-    found = shutil.which(script)
-    return [found] if found else [sys.executable, '-m', module]
 
 
 class NodeProcess:

@@ -4,10 +4,10 @@ import csv
 import json
 import subprocess
 
+from installed import installed_command
 from physinf_ros.bench import report, results
 from physinf_ros.bench.cli import bench_main
 import pytest
-from ros_harness import installed_command
 
 BENCH = installed_command('physinf-bench', 'physinf_ros.bench.cli')
 # SmolLM2-135M, float32, tied embeddings (worked out in test_roofline.py).

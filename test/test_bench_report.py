@@ -4,9 +4,9 @@ import json
 import subprocess
 
 from bench_fixture import write_fixture
+from installed import installed_command
 from physinf_ros.bench import report, results
 import pytest
-from ros_harness import installed_command
 
 PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
 

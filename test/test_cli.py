@@ -3,7 +3,7 @@
 import json
 import subprocess
 
-from ros_harness import installed_command
+from installed import installed_command
 
 CLI = installed_command('physinf-generate', 'physinf_ros.cli')
 

@@ -4,8 +4,8 @@ import os
 import subprocess
 import time
 
+from installed import installed_command
 import pytest
-from ros_harness import installed_command
 
 NAMESPACE = f'/start{os.getpid()}'
 
