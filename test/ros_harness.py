@@ -124,6 +124,24 @@ class Probe(Node):
         return [e for e in self.since(mark, 'events') if e['id'] == request_id]
 
 
+def serving_decoder(namespace, log_path, **params):
+    """Start decoder_node and a connected Harness; yield the harness, its .node the process."""
+    node = DecoderProcess(namespace, log_path, **params)
+    harness = Harness(namespace)
+    try:
+        harness.wait_connected()
+    except AssertionError:
+        node.kill()
+        harness.close()
+        raise AssertionError('decoder_node did not come up; its log:\n' + node.log())
+    harness.node = node
+    try:
+        yield harness
+    finally:
+        harness.close()
+        node.kill()
+
+
 class Harness:
     """rclpy in this process, the probe spinning in a background thread."""
 

@@ -4,7 +4,7 @@ import os
 import time
 
 import pytest
-from ros_harness import DecoderProcess, Harness
+from ros_harness import serving_decoder
 from std_srvs.srv import Trigger
 
 NAMESPACE = f'/it{os.getpid()}'
@@ -13,18 +13,8 @@ NAMESPACE = f'/it{os.getpid()}'
 @pytest.fixture(scope='module')
 def harness(tmp_path_factory):
     log = tmp_path_factory.mktemp('decoder') / 'decoder.log'
-    node = DecoderProcess(NAMESPACE, log, max_new_tokens=48, max_context=1024, device='cpu')
-    harness = Harness(NAMESPACE)
-    try:
-        harness.wait_connected()
-    except AssertionError:
-        node.kill()
-        harness.close()
-        raise AssertionError('decoder_node did not come up; its log:\n' + node.log())
-    harness.node = node
-    yield harness
-    harness.close()
-    node.kill()
+    yield from serving_decoder(NAMESPACE, log, max_new_tokens=48, max_context=1024,
+                               device='cpu')
 
 
 def test_reply_streams_as_tokens_then_response(harness):

@@ -21,7 +21,7 @@ from physinf_ros.prompts import truncation_limit
 from physinf_ros.stats import percentile
 import pytest
 from rclpy.serialization import deserialize_message, serialize_message
-from ros_harness import DecoderProcess, Harness
+from ros_harness import serving_decoder
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
@@ -45,19 +45,8 @@ SOAK_RSS_GROWTH_MIB = 16.0
 @pytest.fixture(scope='module')
 def harness(tmp_path_factory):
     log = tmp_path_factory.mktemp('reliability') / 'decoder.log'
-    node = DecoderProcess(NAMESPACE, log, device='cpu', max_context=MAX_CONTEXT,
-                          queue_size=QUEUE, **DEFAULTS)
-    harness = Harness(NAMESPACE)
-    try:
-        harness.wait_connected()
-    except AssertionError:
-        node.kill()
-        harness.close()
-        raise AssertionError('decoder_node did not come up; its log:\n' + node.log())
-    harness.node = node
-    yield harness
-    harness.close()
-    node.kill()
+    yield from serving_decoder(NAMESPACE, log, device='cpu', max_context=MAX_CONTEXT,
+                               queue_size=QUEUE, **DEFAULTS)
 
 
 @contextmanager

@@ -22,6 +22,7 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Float64, String
 
+from .common import diagnostic_value, publish_guarded
 from .decoder_node import descriptor, DIAGNOSTICS_QOS, LATENCY_QOS
 from ..bench import params, results
 from ..bench.benchmark import BenchListener, Benchmark
@@ -59,7 +60,7 @@ class _Publisher(BenchListener):
         self.node.publish(self.node.result_pub, String(data=json.dumps(record)))
         self.node.get_logger().info(
             f'{record["mode"]} ctx {record["ctx"]}: {record["step_ms_p50"]:.3f} ms/step, '
-            f'R_floor {_fmt(record["R_floor"])}')
+            f'R_floor {diagnostic_value(record["R_floor"])}')
 
 
 class BenchmarkNode(Node):
@@ -152,11 +153,7 @@ class BenchmarkNode(Node):
                      String(data=json.dumps({'event': kind, 'reason': reason, **extra})))
 
     def publish(self, publisher, msg) -> None:
-        try:
-            publisher.publish(msg)
-        except Exception as exc:  # noqa: B902 - the context may be shutting down under us
-            if not self.stopping.is_set():
-                self.get_logger().error(f'publish failed: {exc}')
+        publish_guarded(self, publisher, msg, self.stopping)
 
     def publish_diagnostics(self) -> None:
         name = self.get_fully_qualified_name()
@@ -170,14 +167,14 @@ class BenchmarkNode(Node):
         level = DiagnosticStatus.ERROR if self.state == 'error' else DiagnosticStatus.OK
         statuses = [DiagnosticStatus(
             level=level, name=f'{name}: benchmark', message=self.detail or self.state,
-            values=[KeyValue(key=k, value=_fmt(v)) for k, v in overall.items()])]
+            values=[KeyValue(key=k, value=diagnostic_value(v)) for k, v in overall.items()])]
         for record in list(self.records):
             statuses.append(DiagnosticStatus(
                 level=DiagnosticStatus.OK, name=f'{name}: {record["mode"]} ctx {record["ctx"]}',
-                message=f'{_fmt(record["step_ms_p50"])} ms/step, R_floor '
-                        f'{_fmt(record["R_floor"])}',
+                message=f'{diagnostic_value(record["step_ms_p50"])} ms/step, R_floor '
+                        f'{diagnostic_value(record["R_floor"])}',
                 hardware_id=str(record['device']),
-                values=[KeyValue(key=k, value=_fmt(record[k])) for k in CELL_KEYS]))
+                values=[KeyValue(key=k, value=diagnostic_value(record[k])) for k in CELL_KEYS]))
         array = DiagnosticArray(status=statuses)
         array.header.stamp = self.get_clock().now().to_msg()
         self.publish(self.diag_pub, array)
@@ -186,12 +183,6 @@ class BenchmarkNode(Node):
         """Stop the run within about one decode step; what was measured is written."""
         self.stopping.set()
         self.worker.join(timeout=10.0)
-
-
-def _fmt(value) -> str:
-    if value is None:
-        return 'n/a'
-    return f'{value:.4f}' if isinstance(value, float) else str(value)
 
 
 def main(args=None) -> int:

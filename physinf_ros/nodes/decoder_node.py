@@ -29,6 +29,7 @@ from rclpy.signals import SignalHandlerOptions
 from std_msgs.msg import Float64, String
 from std_srvs.srv import Trigger
 
+from .common import diagnostic_value, publish_guarded
 from ..config import check, DECODER_PARAMS
 from ..engine import EngineError, load, Sampling
 from ..prompts import admit, too_long, truncation_limit
@@ -271,11 +272,7 @@ class DecoderNode(Node):
             f'{generation.tokens_per_s:.1f} tokens/s')
 
     def _publish(self, publisher, msg) -> None:
-        try:
-            publisher.publish(msg)
-        except Exception as exc:  # noqa: B902 - the context may be shutting down under us
-            if not self._stopping.is_set():
-                self.get_logger().error(f'publish failed: {exc}')
+        publish_guarded(self, publisher, msg, self._stopping)
 
     # -- diagnostics --------------------------------------------------------------------------
     def _publish_diagnostics(self) -> None:
@@ -296,7 +293,7 @@ class DecoderNode(Node):
             level=DiagnosticStatus.OK, name=f'{self.get_fully_qualified_name()}: decoder',
             message=f'{values["state"]}, {info.backend} on {info.device}',
             hardware_id=info.device,
-            values=[KeyValue(key=k, value=_fmt(v)) for k, v in values.items()])
+            values=[KeyValue(key=k, value=diagnostic_value(v)) for k, v in values.items()])
         array = DiagnosticArray(status=[status])
         array.header.stamp = self.get_clock().now().to_msg()
         self._publish(self._diag_pub, array)
@@ -309,10 +306,6 @@ class DecoderNode(Node):
             request.cancel()
         # A long prefill cannot be interrupted; the worker is a daemon, so do not wait for it.
         self._worker.join(timeout=1.0)
-
-
-def _fmt(value) -> str:
-    return f'{value:.3f}' if isinstance(value, float) else str(value)
 
 
 def _params_files(args: Optional[List[str]]) -> List[str]:
