@@ -328,6 +328,9 @@ def main(args=None) -> int:
         logger.fatal(f'ROS 2 could not start with these arguments: {exc}')
         return 1
     signal.signal(signal.SIGTERM, _interrupt)
+    # Python leaves SIGINT ignored when the parent ignored it (a background job, nohup):
+    # Ctrl-C and launch's SIGINT must stop the node all the same.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     node = None
     code = 0
     try:
