@@ -1,6 +1,5 @@
 """The hf backend on the embedded model: right answers, and the same tokens as generate()."""
 
-from physinf_ros.engine import Sampling
 from physinf_ros.engine.generate import FINISH_EOS, FINISH_LENGTH
 import torch
 
@@ -46,19 +45,6 @@ def test_cancel_stops_within_a_step(embedded_engine):
         steps.append(piece)
     assert generation.finish_reason == 'cancelled'
     assert len(generation.token_ids) == 3
-
-
-def test_seeded_sampling_repeats_and_differs_from_greedy(embedded_engine):
-    prompt_ids = embedded_engine.encode('Write a sentence about robots.')
-
-    def run(sampling):
-        generation = embedded_engine.generate(prompt_ids, 12, sampling)
-        list(generation)
-        return generation.token_ids
-
-    hot = Sampling(temperature=1.5, top_p=0.95, seed=7)
-    assert run(hot) == run(hot)
-    assert run(hot) != run(Sampling())
 
 
 def test_context_limit_finishes_with_length(embedded_engine):

@@ -68,8 +68,9 @@ def test_synthetic_shapes_are_the_published_ones(arch, params):
     assert total == params
 
 
-def test_seeded_sampling_repeats_on_our_forward():
-    engine = load('embedded', backend='eager', device='cpu', max_context=128)
+@pytest.mark.parametrize('backend', ['hf', 'eager'])
+def test_seeded_sampling_repeats_and_differs_from_greedy(backend):
+    engine = load('embedded', backend=backend, device='cpu', max_context=128)
     prompt = engine.encode('Write a sentence about robots.')
 
     def run(sampling):

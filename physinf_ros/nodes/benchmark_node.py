@@ -22,7 +22,7 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Float64, String
 
-from .common import diagnostic_value, publish_guarded
+from .common import close, diagnostic_value, publish_guarded
 from .decoder_node import descriptor, DIAGNOSTICS_QOS, LATENCY_QOS
 from ..bench import params, results
 from ..bench.benchmark import BenchListener, Benchmark
@@ -202,11 +202,7 @@ def main(args=None) -> int:
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
-        if node is not None:
-            node.shutdown()
-            node.get_logger().info('stopped')
-            node.destroy_node()
-        rclpy.try_shutdown()
+        close(node)
     return code
 
 

@@ -29,7 +29,7 @@ from rclpy.signals import SignalHandlerOptions
 from std_msgs.msg import Float64, String
 from std_srvs.srv import Trigger
 
-from .common import diagnostic_value, publish_guarded
+from .common import close, diagnostic_value, publish_guarded
 from ..config import check, DECODER_PARAMS
 from ..engine import EngineError, load, Sampling
 from ..prompts import admit, too_long, truncation_limit
@@ -350,11 +350,7 @@ def main(args=None) -> int:
         logger.fatal('decoder_node failed:\n' + traceback.format_exc())
         code = 1
     finally:
-        if node is not None:
-            node.shutdown()
-            node.get_logger().info('stopped')
-            node.destroy_node()
-        rclpy.try_shutdown()
+        close(node)
     # The process ends now: spare it the interpreter's last garbage collections over torch's
     # and the model's objects, which take seconds on a busy CPU; the memory goes back anyway.
     gc.freeze()
