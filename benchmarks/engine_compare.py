@@ -1,14 +1,17 @@
 """
-Compare the four decode backends on one GPU, on the same synthetic weights, at several contexts.
+Compare decode backends on one GPU, on the same synthetic weights, at several contexts.
 
-transformers eager, transformers StaticCache + CUDA graph, our eager and our graphed engine.
+transformers eager, transformers StaticCache + CUDA graph, our eager and our graphed engine,
+and for GPTQ models (``synthetic:ARCH:gptq``) our graphed 4-bit step and exllamav2's.
 
 First a correctness check (our graphed step against transformers in bf16: logits error per step
-and greedy tokens, with the top-2 gap where they part), then per (backend, ctx) a fresh decoder,
-a real prefill of ctx random tokens, warm-up steps and the median of measured steps, each step
-timed with the device synchronised. Writes JSON with every sample.
+and greedy tokens, with the top-2 gap where they part), then per (model, backend, variant, ctx)
+a fresh decoder, a real prefill of ctx random tokens, warm-up steps and the median of measured
+steps, each step timed with the device synchronised. R_floor comes from the roofline of the
+loaded decoder (4-bit byte accounting for GPTQ) at the target's datasheet bandwidth. Writes JSON
+with every sample.
 
-    python3 benchmarks/engine_compare.py --model synthetic:llama-3.1-8b --out results.json
+    python3 benchmarks/engine_compare.py --models synthetic:llama-3.1-8b --out results.json
 """
 
 import argparse
@@ -17,23 +20,16 @@ import platform
 import statistics
 import time
 
-from physinf_ros.engine import load, Sampling
-from physinf_ros.engine.llama import ModelConfig
-from physinf_ros.engine.models import resolve
+from physinf_ros.engine import kernels, load, Sampling
+from physinf_ros.roofline import decoder_floor
+from physinf_ros.targets import detect
 import torch
 import transformers
 import triton
 
-B_PEAK_GBPS = {'NVIDIA H200': 4800.0, 'NVIDIA H100 80GB HBM3': 3350.0}
-
-
-def floor_ms(c: ModelConfig, ctx: int, gbps: float, elem: int = 2) -> float:
-    """Memory floor (W + K) / B_peak: W counts one embedding row and the lm_head."""
-    layer = (c.hidden_size * (c.q_size + 2 * c.kv_size) + c.q_size * c.hidden_size
-             + 3 * c.hidden_size * c.intermediate_size + 2 * c.hidden_size)
-    w = elem * (c.num_layers * layer + c.hidden_size * (c.vocab_size + 2))
-    k = 2 * c.num_layers * c.kv_size * ctx * elem
-    return (w + k) / gbps / 1e6
+# Variants of our kernels measured side by side: the RMSNorm prologue (kernels.NORM_IN_LOOP).
+VARIANTS = {'norm-in-loop': True, 'norm-prologue': False}
+FAMILIES = (['hf', 'hf-graphed'], ['eager', 'graphed'], ['exllamav2'])
 
 
 def check(model, steps=32, prompt_len=128):
@@ -64,6 +60,8 @@ def check(model, steps=32, prompt_len=128):
 
 def time_cell(engine, backend, ctx, warmup, steps, seed):
     decoder = engine.renew(backend)
+    if backend.startswith('exllamav2'):
+        warmup = max(warmup, 210)   # its per-layer graphs start after 205 calls at one shape
     vocab = 1000
     ids = torch.randint(0, vocab, (ctx,), generator=torch.Generator().manual_seed(seed)).tolist()
     torch.cuda.synchronize()
@@ -82,60 +80,84 @@ def time_cell(engine, backend, ctx, warmup, steps, seed):
             'step_ms_median': statistics.median(samples), 'step_ms': samples}
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--model', default='synthetic:llama-3.1-8b')
-    parser.add_argument('--backends', default='hf,hf-graphed,eager,graphed')
-    parser.add_argument('--contexts', default='2048,8192,16384')
-    parser.add_argument('--warmup', type=int, default=5)
-    parser.add_argument('--steps', type=int, default=30)
-    parser.add_argument('--tuning', help='kernel_sweep.py output to apply before timing')
-    parser.add_argument('--skip-check', action='store_true')
-    parser.add_argument('--out', required=True)
-    args = parser.parse_args(argv)
-    if args.tuning:
-        from physinf_ros.engine import kernels
-        kernels.apply_tuning(json.load(open(args.tuning))['tuning'])
-    gpu = torch.cuda.get_device_name()
-    config = ModelConfig.from_hf(resolve(args.model).hf_config)
-    contexts = [int(c) for c in args.contexts.split(',')]
-    backends = args.backends.split(',')
-    report = {'model': args.model, 'gpu': gpu, 'b_peak_gbps': B_PEAK_GBPS.get(gpu),
-              'torch': torch.__version__, 'transformers': transformers.__version__,
-              'triton': triton.__version__, 'python': platform.python_version(),
-              'warmup': args.warmup, 'steps': args.steps, 'cells': []}
-    if not args.skip_check:
-        report['check'] = check(args.model)
-        print('check:', json.dumps(report['check']), flush=True)
+def run_family(report, model, chosen, contexts, variants, args, b_peak):
     max_context = max(contexts) + args.warmup + args.steps + 8
-    for family in (['hf', 'hf-graphed'], ['eager', 'graphed']):
-        chosen = [b for b in family if b in backends]
-        if not chosen:
-            continue
-        engine = load(args.model, backend=chosen[0], max_context=max_context)
-        for backend in chosen:
+    engine = load(model, backend=chosen[0], max_context=max_context)
+    floor = decoder_floor(engine.decoder, b_peak)
+    for backend in chosen:
+        ours = backend in ('eager', 'graphed')
+        for variant in (variants if ours else ['stock']):
+            if ours:
+                kernels.NORM_IN_LOOP = VARIANTS[variant]
             for ctx in contexts:
                 try:
                     cell = time_cell(engine, backend, ctx, args.warmup, args.steps, seed=ctx)
                 except Exception as exc:  # noqa: B902 - record the failure, keep the rest
                     cell = {'backend': backend, 'ctx': ctx, 'error': f'{type(exc).__name__}: '
                             f'{str(exc)[:300]}'}
-                if 'step_ms_median' in cell and report['b_peak_gbps']:
-                    cell['t_floor_ms'] = floor_ms(config, ctx, report['b_peak_gbps'])
-                    cell['r_floor'] = cell['t_floor_ms'] / cell['step_ms_median']
+                cell.update(model=model, variant=variant)
+                if 'step_ms_median' in cell:
+                    roof = floor.at(ctx, cell['step_ms_median'])
+                    cell.update(t_floor_ms=roof['t_floor_ms'], r_floor=roof['R_floor'],
+                                W_bytes=roof['W_bytes'], K_bytes=roof['K_bytes'])
                 report['cells'].append(cell)
                 print(json.dumps({k: v for k, v in cell.items() if k != 'step_ms'}), flush=True)
-        engine = None
-        torch.cuda.empty_cache()
+    kernels.NORM_IN_LOOP = VARIANTS[variants[0]]
+    engine = None
+    torch.cuda.empty_cache()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--models', default='synthetic:llama-3.1-8b',
+                        help='comma-separated model specs (a :gptq spec for the 4-bit step)')
+    parser.add_argument('--backends', default='hf,hf-graphed,eager,graphed')
+    parser.add_argument('--contexts', default='2048,8192,16384')
+    parser.add_argument('--variants', default='norm-in-loop',
+                        help="our kernels' variants to time: " + ', '.join(VARIANTS))
+    parser.add_argument('--warmup', type=int, default=5)
+    parser.add_argument('--steps', type=int, default=30)
+    parser.add_argument('--tuning', help='kernel_sweep.py output to apply before timing')
+    parser.add_argument('--skip-check', action='store_true')
+    parser.add_argument('--out', required=True)
+    args = parser.parse_args(argv)
+    if args.tuning:   # the sweep's shapes win over config/kernels.yaml's
+        kernels.load_tuning(torch.device('cuda'))
+        kernels.apply_tuning(json.load(open(args.tuning))['tuning'])
+    target = detect(torch.device('cuda'))
+    contexts = [int(c) for c in args.contexts.split(',')]
+    backends = args.backends.split(',')
+    variants = args.variants.split(',')
+    report = {'models': args.models, 'gpu': torch.cuda.get_device_name(),
+              'b_peak_gbps': target.bandwidth_gbs, 'torch': torch.__version__,
+              'transformers': transformers.__version__, 'triton': triton.__version__,
+              'python': platform.python_version(), 'warmup': args.warmup, 'steps': args.steps,
+              'tuning': args.tuning, 'cells': []}
+    models = args.models.split(',')
+    if not args.skip_check:
+        report['check'] = check(models[0])
+        print('check:', json.dumps(report['check']), flush=True)
+    for model in models:
+        for family in FAMILIES:
+            chosen = [b for b in family if b in backends]
+            if chosen and usable(model, family):
+                run_family(report, model, chosen, contexts, variants, args, target.bandwidth_gbs)
     with open(args.out, 'w') as f:
         json.dump(report, f, indent=1)
-    print(f'{"backend":>12} {"ctx":>6} {"ms/step":>9} {"R_floor":>8}')
+    print(f'{"model":>28} {"backend":>10} {"variant":>14} {"ctx":>6} {"ms/step":>9} '
+          f'{"R_floor":>8}')
     for cell in report['cells']:
+        head = f'{cell["model"]:>28} {cell["backend"]:>10} {cell["variant"]:>14} {cell["ctx"]:>6}'
         if 'error' in cell:
-            print(f'{cell["backend"]:>12} {cell["ctx"]:>6} ERROR {cell["error"][:60]}')
+            print(f'{head} ERROR {cell["error"][:60]}')
         else:
-            print(f'{cell["backend"]:>12} {cell["ctx"]:>6} {cell["step_ms_median"]:9.3f} '
-                  f'{cell.get("r_floor", float("nan")):8.3f}')
+            print(f'{head} {cell["step_ms_median"]:9.3f} {cell.get("r_floor", float("nan")):8.3f}')
+
+
+def usable(model, family):
+    """Say whether family runs model: transformers float only, exllamav2 GPTQ only."""
+    gptq = model.endswith(':gptq')
+    return not ((gptq and family is FAMILIES[0]) or (not gptq and family is FAMILIES[2]))
 
 
 if __name__ == '__main__':

@@ -15,7 +15,8 @@ import itertools
 import json
 import time
 
-from physinf_ros.engine import kernels
+from physinf_ros.engine import kernels, ops_torch
+from physinf_ros.engine.gptq import PackedLinear
 from physinf_ros.engine.kernels import GemvConfig
 from physinf_ros.engine.llama import ModelConfig
 from physinf_ros.engine.models import resolve
@@ -34,14 +35,15 @@ def timed(fn):
 
 
 def gemv_cases(c: ModelConfig):
-    """(kind, N, K, copies) for each GEMV of one decode step."""
+    """(kind, N, K, copies) for each GEMV of one decode step, bf16 and 4-bit."""
     h, i = c.hidden_size, c.intermediate_size
     layers = c.num_layers
-    return [('rms_matvec', c.q_size + 2 * c.kv_size, h, layers),
-            ('matvec_add', h, c.q_size, layers),
-            ('gate_up', i, h, layers),
-            ('matvec_add', h, i, layers),
-            ('rms_matvec', c.vocab_size, h, 2)]
+    layer = [('rms_matvec', c.q_size + 2 * c.kv_size, h, layers),
+             ('matvec_add', h, c.q_size, layers),
+             ('gate_up', i, h, layers),
+             ('matvec_add', h, i, layers)]
+    return (layer + [('rms_matvec', c.vocab_size, h, 2)]
+            + [(kind + '_q4', n, k, copies) for kind, n, k, copies in layer])
 
 
 CANDIDATES = {
@@ -51,45 +53,85 @@ CANDIDATES = {
                 itertools.product((4, 8, 16), (256, 512, 1024), (4, 8))],
     'matvec_add': [GemvConfig(bn, bk, s, w) for bn, bk, s, w in
                    itertools.product((8, 16, 32), (512, 1024), (1, 2, 4), (4, 8))],
+    # 4-bit codes: a tile of BLOCK_K columns is BLOCK_K / 2 bytes per row.
+    'rms_matvec_q4': [GemvConfig(bn, bk, 1, w) for bn, bk, w in
+                      itertools.product((16, 32, 64), (256, 512, 1024), (4, 8))],
+    'gate_up_q4': [GemvConfig(bn, bk, 1, w) for bn, bk, w in
+                   itertools.product((8, 16, 32), (256, 512, 1024), (4, 8))],
+    'matvec_add_q4': [GemvConfig(bn, bk, s, w) for bn, bk, s, w in
+                      itertools.product((16, 32), (256, 512), (1, 2, 4), (4, 8))],
 }
+GROUP_SIZE = 128   # the paper's GPTQ checkpoints
+
+
+def random_weight(kind, rows, k, device, dtype):
+    """Return a random weight in kind's format: bf16 [rows, k], or 4-bit in groups of 128."""
+    if not kind.endswith('_q4'):
+        return torch.randn(rows, k, device=device).to(dtype) * 0.02
+    codes = torch.randint(-2 ** 31, 2 ** 31 - 1, (rows, k // 8), dtype=torch.int32,
+                          device=device)
+    scales = (torch.rand(rows, k // GROUP_SIZE, device=device) * 0.01).half()
+    return PackedLinear(codes, scales, None, GROUP_SIZE, dtype)
+
+
+def weight_bytes(w) -> int:
+    return w.nbytes if isinstance(w, PackedLinear) else w.numel() * w.element_size()
 
 
 def sweep_gemv(kind, n, k, copies, device, dtype):
-    rows = 2 * n if kind == 'gate_up' else n
-    weights = [torch.randn(rows, k, device=device).to(dtype) * 0.02 for _ in range(copies)]
+    base = kind.removesuffix('_q4')
+    rows = 2 * n if base == 'gate_up' else n
+    weights = [random_weight(kind, rows, k, device, dtype) for _ in range(copies)]
     x = torch.randn(k, device=device)
     norm = torch.ones(k, device=device, dtype=dtype)
-    bytes_read = rows * k * weights[0].element_size() * copies
+    bytes_read = weight_bytes(weights[0]) * copies
 
     def run():
         for w in weights:
-            if kind == 'rms_matvec':
+            if base == 'rms_matvec':
                 kernels.rms_matvec(x, norm, w, None, 1e-5)
-            elif kind == 'gate_up':
+            elif base == 'gate_up':
                 kernels.rms_gate_up_silu(x, norm, w, 1e-5)
             else:
                 kernels.matvec_add(out, x, w)
 
+    def one(ops, w):   # one GEMV's output, for the correctness check
+        if base == 'rms_matvec':
+            return ops.rms_matvec(x, norm, w, None, 1e-5)
+        if base == 'gate_up':
+            return ops.rms_gate_up_silu(x, norm, w, 1e-5)
+        y = torch.zeros(n, device=device)
+        ops.matvec_add(y, x, w)
+        return y
+
+    expected = one(ops_torch, weights[0]).float()
     out = torch.zeros(n, device=device)
     results = []
     for cfg in CANDIDATES[kind]:
         kernels.TUNED[(kind, n, k)] = cfg
         try:
+            error = ((one(kernels, weights[0]) - expected).norm() / expected.norm()).item()
+            if not error < 2e-2:   # bf16 rounding of the reference; a wrong tile is order one
+                raise ValueError(f'wrong result: relative error {error:.3g}')
             ms = timed(run)
         except Exception as exc:  # noqa: B902 - a config that fails to compile is skipped
             results.append({'config': cfg.__dict__, 'error': str(exc)[:200]})
             continue
-        results.append({'config': cfg.__dict__, 'ms': ms, 'gbps': bytes_read / ms / 1e6})
+        results.append({'config': cfg.__dict__, 'ms': ms, 'gbps': bytes_read / ms / 1e6,
+                        'rel_error': error})
     ok = [r for r in results if 'ms' in r]
     best = min(ok, key=lambda r: r['ms'])
     kernels.TUNED[(kind, n, k)] = GemvConfig(**best['config'])
-    xb = x.to(dtype)[None]
-    cublas_ms = timed(lambda: [torch.nn.functional.linear(xb, w) for w in weights])
+    cublas_ms = None   # cuBLAS has no 4-bit GEMV to compare with
+    if not kind.endswith('_q4'):
+        xb = x.to(dtype)[None]
+        cublas_ms = timed(lambda: [torch.nn.functional.linear(xb, w) for w in weights])
     print(f'  {kind} {n}x{k}: {len(ok)} configs, {len(results) - len(ok)} failed', flush=True)
     weights.clear()
     torch.cuda.empty_cache()
     return {'kind': kind, 'n': n, 'k': k, 'copies': copies, 'bytes': bytes_read, 'best': best,
-            'cublas_ms': cublas_ms, 'cublas_gbps': bytes_read / cublas_ms / 1e6,
+            'cublas_ms': cublas_ms,
+            'cublas_gbps': bytes_read / cublas_ms / 1e6 if cublas_ms else None,
             'all': results}
 
 
@@ -150,6 +192,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--model', default='synthetic:llama-3.1-8b')
     parser.add_argument('--contexts', default='2048,8192,16384')
+    parser.add_argument('--kinds', help='comma-separated GEMV kinds to sweep (default: all, '
+                        'bf16 and _q4); the others keep their tuned shapes')
+    parser.add_argument('--skip-attention', action='store_true')
     parser.add_argument('--out', required=True)
     args = parser.parse_args(argv)
     device, dtype = torch.device('cuda'), torch.bfloat16
@@ -157,25 +202,36 @@ def main(argv=None):
     start = time.time()
     report = {'model': args.model, 'gpu': torch.cuda.get_device_name(),
               'copy_gbps': copy_bandwidth(device), 'gemv': [], 'attention': []}
+    kernels.load_tuning(device)
+    kinds = args.kinds.split(',') if args.kinds else None
+
+    def save():   # after every shape: a sweep cut short still leaves its results
+        report['tuning'] = {
+            'attention': (best_attention(report['attention']) if report['attention']
+                          else dict(kernels.ATTENTION)),
+            'gemv': [{'kind': r['kind'], 'n': r['n'], 'k': r['k'], **r['best']['config']}
+                     for r in report['gemv']]}
+        report['sweep_s'] = time.time() - start
+        with open(args.out, 'w') as f:
+            json.dump(report, f, indent=1)
+
     for kind, n, k, copies in gemv_cases(config):
+        if kinds and kind not in kinds:
+            continue
         row = sweep_gemv(kind, n, k, copies, device, dtype)
         report['gemv'].append(row)
+        save()
         print(f'{kind:>10} {n:>6}x{k:<6} best {row["best"]["gbps"]:7.0f} GB/s '
-              f'{row["best"]["config"]}  cuBLAS {row["cublas_gbps"]:7.0f} GB/s', flush=True)
+              f'{row["best"]["config"]}  cuBLAS {row["cublas_gbps"] or 0:7.0f} GB/s', flush=True)
     contexts = [int(c) for c in args.contexts.split(',')]
-    report['attention'] = sweep_attention(config, contexts, device, dtype)
+    if not args.skip_attention:
+        report['attention'] = sweep_attention(config, contexts, device, dtype)
     for row in report['attention']:
         best = row['best']
         print(f'attention ctx {row["ctx"]:>6}: {best["us_per_layer"]:6.1f} us/layer '
               f'{best["gbps"]:6.0f} GB/s {best}', flush=True)
-    report['tuning'] = {
-        'attention': best_attention(report['attention']),
-        'gemv': [{'kind': r['kind'], 'n': r['n'], 'k': r['k'], **r['best']['config']}
-                 for r in report['gemv']]}
+    save()
     print('tuning:', json.dumps(report['tuning']))
-    report['sweep_s'] = time.time() - start
-    with open(args.out, 'w') as f:
-        json.dump(report, f, indent=1)
     print(f'copy {report["copy_gbps"]:.0f} GB/s; sweep took {report["sweep_s"]:.0f} s')
 
 

@@ -9,6 +9,11 @@
 #   bench      the paper's protocol (physinf-bench): the three synthetic architectures,
 #              eager vs graphed, contexts 2048-16384, 10 fresh sessions
 #   exl2       exllamav2: build, GPTQ models, checks, stock timings (benchmarks/exl2_device.py)
+#   exl2build  start building exllamav2's CUDA extension in the background (its own session, so
+#              it outlives this call; the next call on the same machine finds it built)
+#   q4sweep    launch-shape sweep of the 4-bit GEMVs only, kept on the machine for q4compare
+#   q4compare  issue 5's comparison: synthetic Llama-3.1-8B bf16 graphed (two RMSNorm variants)
+#              and GPTQ 4-bit graphed vs exllamav2, contexts 2048-16384, R_floor for each
 # Logs and results go to $OUT/work and come back as $OUT/results.tgz (the device tool returns
 # at most 8 files), with a short summary on stdout.
 set -uo pipefail
@@ -55,7 +60,7 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton._
       tail -n 3 "$WORK/env.txt";;
     carry) ls -la "$STASH";;
     tests)
-      TAIL=40 run tests 300 python3 -m pytest -q -p no:cacheprovider -rs -s \
+      TAIL=40 run tests "${TESTS_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider -rs -s \
         ${PYTEST_K:+-k "$PYTEST_K"} test/test_kernels.py test/test_gpu_engine.py \
         ${EXTRA_TESTS:-};;
     sweep)
@@ -79,6 +84,24 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton._
 print(resolve("embedded").path)' 2>>"$WORK/exl2_embedded.log")
       TAIL=40 run exl2 560 python3 benchmarks/exl2_device.py --out "$WORK/exl2.json" \
         --embedded "$embedded" --pytest;;
+    exl2build)
+      MAX_JOBS=8 TORCH_CUDA_ARCH_LIST=9.0 setsid nohup python3 -c 'import torch
+from physinf_ros.engine.exllama import import_exllamav2
+import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
+        > "$STASH/exl2build.log" 2>&1 < /dev/null &
+      echo "exllamav2 build started in the background";;
+    q4sweep)
+      run q4sweep "${SWEEP_LIMIT:-420}" python3 benchmarks/kernel_sweep.py --skip-attention \
+        --kinds rms_matvec_q4,gate_up_q4,matvec_add_q4 --out "$WORK/kernel_sweep_q4.json"
+      cp "$WORK/kernel_sweep_q4.json" "$STASH/" 2>/dev/null;;
+    q4compare)
+      cat "$STASH/exl2build.log" 2>/dev/null | tail -n 2
+      TAIL=30 run q4compare 560 python3 benchmarks/engine_compare.py --skip-check \
+        --models synthetic:llama-3.1-8b,synthetic:llama-3.1-8b:gptq \
+        --backends graphed,exllamav2 --variants norm-in-loop,norm-prologue \
+        --contexts 2048,4096,8192,16384 \
+        $([ -f "$STASH/kernel_sweep_q4.json" ] && echo --tuning "$STASH/kernel_sweep_q4.json") \
+        --out "$WORK/engine_compare_q4.json";;
     *) echo "unknown stage $stage";;
   esac
 done

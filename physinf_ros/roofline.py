@@ -10,10 +10,8 @@ Definitions (DESIGN.md):
   R_floor  t_floor / t_step: 1.0 is perfect use of the memory system.
 
 Bytes are counted tensor by tensor (`weight_tensors`) and priced by a byte accounting. `Dense`
-gives every element the same width (bf16: 2 bytes). Extension point: a quantised format (for
-example GPTQ 4-bit: packed `linear` matrices plus their group scales and zeros, norms and
-embeddings left in 16 bits) is another class with the same `tensor_bytes` method, passed where
-`Dense` is passed today; nothing else here changes.
+gives every element the same width (bf16: 2 bytes); `Gptq4` prices the `linear` matrices of a
+4-bit checkpoint as packed codes plus group scales and zeros, and the rest at 16 bits.
 """
 
 from dataclasses import dataclass
@@ -58,6 +56,26 @@ class Dense:
 
     def tensor_bytes(self, tensor: WeightTensor, rows: int) -> float:
         return rows * tensor.cols * self.bytes_per_element
+
+
+@dataclass(frozen=True)
+class Gptq4:
+    """
+    4-bit linears in groups of group_size inputs; embeddings, head, norms, biases in 16 bits.
+
+    A linear [N, K] is K N / 2 bytes of codes, one fp16 scale per group and output, and
+    zero_bytes per group and output: 0.5 as GPTQ stores them (exllamav2 reads those), 1 for
+    our kernels' uint8 zeros, 0 where the checkpoint is symmetric and the kernels read none.
+    """
+
+    group_size: int
+    zero_bytes: float
+
+    def tensor_bytes(self, tensor: WeightTensor, rows: int) -> float:
+        if tensor.kind != 'linear':
+            return rows * tensor.cols * 2.0
+        groups = rows * tensor.cols / self.group_size
+        return rows * tensor.cols / 2 + groups * (2.0 + self.zero_bytes)
 
 
 def weight_tensors(config: ModelConfig) -> List[WeightTensor]:
@@ -165,7 +183,7 @@ class Floor:
 
 def decoder_model_config(decoder) -> ModelConfig:
     """
-    Return the ModelConfig of a loaded decoder (our backends or transformers ones).
+    Return the ModelConfig of a loaded decoder (ours, transformers' or exllamav2's).
 
     Raises ValueError for a transformers model outside the Llama family (its bytes per step
     are not modelled here).
@@ -173,13 +191,29 @@ def decoder_model_config(decoder) -> ModelConfig:
     weights = getattr(decoder, 'weights', None)
     if weights is not None:
         return weights.config
+    hf_config = getattr(decoder, 'hf_config', None)
+    if hf_config is not None:
+        return ModelConfig.from_hf(hf_config)
     return ModelConfig.from_hf(decoder.model.config.to_dict())
 
 
+def decoder_accounting(decoder) -> ByteAccounting:
+    """How a loaded decoder's weights are stored: Dense in its dtype, or Gptq4."""
+    weights = getattr(decoder, 'weights', None)
+    if weights is not None and weights.group_size:
+        packed = weights.layers[0].wqkv
+        return Gptq4(weights.group_size, 0.0 if packed.zeros is None else 1.0)
+    group_size = getattr(decoder, 'group_size', None)
+    if group_size:
+        return Gptq4(group_size, 0.5)
+    return Dense(DTYPE_BYTES[decoder.info.dtype])
+
+
 def decoder_floor(decoder, bandwidth_gbs: float) -> Floor:
-    """Return the Floor of a loaded dense decoder: weights and KV cache in its dtype."""
-    width = DTYPE_BYTES[decoder.info.dtype]
-    return Floor(decoder_model_config(decoder), Dense(width), width, bandwidth_gbs)
+    """Return the Floor of a loaded decoder: its weights as stored, its KV cache's width."""
+    kv_width = getattr(decoder, 'kv_bytes_per_element', None) or DTYPE_BYTES[decoder.info.dtype]
+    return Floor(decoder_model_config(decoder), decoder_accounting(decoder), kv_width,
+                 bandwidth_gbs)
 
 
 class LiveFloor:

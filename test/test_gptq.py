@@ -87,12 +87,15 @@ def test_float_checkpoints_quantise_into_what_exllamav2_reads(tmp_path):
             assert written[t.name].dtype == t.dtype and tuple(written[t.name].shape) == t.shape
         if arch == 'qwen2.5-7b':
             assert written['model.layers.0.self_attn.q_proj.bias'].abs().sum() > 0
-        # The dequantised load is exactly the RTN of the float weights.
+        # The dequantised load, and the 4-bit one, are exactly the RTN of the float weights.
         source = tensors_of(src)
-        weights = llama.load_hf_dir(out, torch.device('cpu'), torch.float32)
+        cpu = torch.device('cpu')
+        weights = llama.load_hf_dir(out, cpu, torch.float32, packed=False)
         q_proj = source['model.layers.1.self_attn.q_proj.weight']
         expected = gptq.dequantize(**gptq.quantize(q_proj, spec.group_size))
         assert torch.equal(weights.layers[1].wqkv[:model_config.q_size], expected)
+        packed = llama.load_hf_dir(out, cpu, torch.float32, packed=True).layers[1].wqkv
+        assert torch.equal(packed.dense()[:model_config.q_size], expected)
         assert torch.equal(weights.embed, source['model.embed_tokens.weight'].half().float())
 
 

@@ -102,9 +102,9 @@ def test_backends_refuse_checkpoints_they_cannot_run(backend, quantization, word
         pick_backend(backend, torch.device('cpu'), quantization)
 
 
-def test_auto_picks_exllamav2_for_quantised_checkpoints_on_cuda():
+def test_auto_picks_the_4bit_kernels_for_gptq_and_exllamav2_for_exl2_on_cuda():
     cuda = torch.device('cuda')   # a device object only: nothing runs on it
-    assert pick_backend('auto', cuda, 'gptq') == 'exllamav2'
+    assert pick_backend('auto', cuda, 'gptq') == 'graphed'
     assert pick_backend('auto', cuda, 'exl2') == 'exllamav2'
     assert pick_backend('auto', cuda, None) == 'graphed'
     assert pick_backend('auto', torch.device('cpu'), 'gptq') == 'eager'

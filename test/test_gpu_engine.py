@@ -12,8 +12,9 @@ import math
 import statistics
 
 from physinf_ros.engine import load, Sampling
+from physinf_ros.engine.models import resolve
 import pytest
-from tiny_models import ARCHS, save_tiny
+from tiny_models import ARCHS, dequantised_copy, save_tiny, save_tiny_gptq
 import torch
 
 pytestmark = pytest.mark.gpu
@@ -28,12 +29,18 @@ def bf16_ulp(value: float) -> float:
     return 2.0 ** (math.floor(math.log2(max(abs(value), 1e-30))) - 7)
 
 
-def teacher_forced_errors(spec, prompt, steps, max_context=512):
-    """Logit errors of hf bf16 and ours (graphed bf16) against hf float32, per step."""
-    engines = {name: load(spec, backend=backend, device='cuda', dtype=dtype,
+def teacher_forced_errors(spec, prompt, steps, max_context=512, ours=None):
+    """
+    Logit errors of hf bf16 and ours (graphed bf16) against hf float32, per step.
+
+    ours is the spec our engine loads, when not spec itself: a GPTQ checkpoint whose exact
+    dequantisation is spec.
+    """
+    engines = {name: load(model, backend=backend, device='cuda', dtype=dtype,
                           max_context=max_context)
-               for name, backend, dtype in (('f32', 'hf', 'float32'), ('hf', 'hf', 'bfloat16'),
-                                            ('ours', 'graphed', 'bfloat16'))}
+               for name, model, backend, dtype in (
+                   ('f32', spec, 'hf', 'float32'), ('hf', spec, 'hf', 'bfloat16'),
+                   ('ours', ours or spec, 'graphed', 'bfloat16'))}
     assert engines['ours'].info.backend == 'graphed'
     greedy = Sampling()
     tokens = [engines['f32'].decoder.prefill(prompt, greedy)]
@@ -52,10 +59,10 @@ def teacher_forced_errors(spec, prompt, steps, max_context=512):
     return errors
 
 
-def first_greedy_divergence(spec, prompt, steps, max_context=512):
+def first_greedy_divergence(spec, prompt, steps, max_context=512, ours=None):
     """Free-running greedy: the first step where ours and hf bf16 differ, with the top-2 gap."""
     ref = load(spec, backend='hf', device='cuda', dtype='bfloat16', max_context=max_context)
-    ours = load(spec, backend='graphed', device='cuda', dtype='bfloat16',
+    ours = load(ours or spec, backend='graphed', device='cuda', dtype='bfloat16',
                 max_context=max_context)
     a, b = [ref.decoder.prefill(prompt, Sampling())], [ours.decoder.prefill(prompt, Sampling())]
     for step in range(steps):
@@ -67,8 +74,8 @@ def first_greedy_divergence(spec, prompt, steps, max_context=512):
     return None
 
 
-def check_logits(spec, prompt, steps, label):
-    errors = teacher_forced_errors(spec, prompt, steps)
+def check_logits(spec, prompt, steps, label, ours=None):
+    errors = teacher_forced_errors(spec, prompt, steps, ours=ours)
     summary = {k: (round(statistics.median(v), 5), round(max(v), 5)) for k, v in errors.items()}
     print(f'{label}: logit rel. error (median, max) vs hf float32, teacher-forced: {summary}')
     # No further from float32 than transformers' own bf16 forward, with a 1.5x margin.
@@ -84,14 +91,39 @@ def test_graphed_logits_match_transformers_on_tiny_checkpoints(tmp_path, arch):
     check_logits(folder, prompt, 32, f'tiny {arch}')
 
 
-def test_embedded_model_graphed_64_steps():
-    prompt = load('embedded', backend='hf', device='cpu', max_context=64).encode(
-        'Explain in a few sentences how a robot vacuum finds its way home.')
-    check_logits('embedded', prompt, 64, 'embedded SmolLM2-135M')
-    divergence = first_greedy_divergence('embedded', prompt, 64)
-    print(f'embedded: greedy divergence from hf bf16 over 64 steps: {divergence}')
+@pytest.mark.parametrize('arch', ARCHS)
+def test_4bit_graphed_logits_match_transformers_on_tiny_gptq(tmp_path, arch):
+    # The reference is transformers on the exact dequantisation of the same 4-bit weights.
+    gptq_dir, float_dir = save_tiny_gptq(arch, tmp_path)
+    prompt = torch.randint(3, 512, (40,), generator=torch.Generator().manual_seed(2)).tolist()
+    check_logits(str(float_dir), prompt, 32, f'tiny {arch} GPTQ', ours=str(gptq_dir))
+
+
+ROBOT_PROMPT = 'Explain in a few sentences how a robot vacuum finds its way home.'
+
+
+def check_embedded(spec, label, ours=None):
+    prompt = load('embedded', backend='hf', device='cpu', max_context=64).encode(ROBOT_PROMPT)
+    check_logits(spec, prompt, 64, label, ours=ours)
+    divergence = first_greedy_divergence(spec, prompt, 64, ours=ours)
+    print(f'{label}: greedy divergence from hf bf16 over 64 steps: {divergence}')
     if divergence is not None:
         assert divergence['gap'] <= 2 * divergence['ulp'], f'not a near-tie: {divergence}'
+
+
+def test_embedded_model_graphed_64_steps():
+    check_embedded('embedded', 'embedded SmolLM2-135M')
+
+
+def test_4bit_embedded_model_graphed_64_steps(tmp_path):
+    reference = dequantised_copy(resolve('embedded:gptq').path, tmp_path / 'dequantised')
+    check_embedded(str(reference), 'embedded GPTQ 4-bit', ours='embedded:gptq')
+    engine = load('embedded:gptq', device='cuda')
+    assert engine.info.backend == 'graphed'   # auto: the 4-bit kernels
+    generation = engine.generate(engine.encode('What is the capital of France?'), 32)
+    list(generation)
+    print(f'embedded GPTQ 4-bit, graphed: {generation.text!r}')
+    assert 'Paris' in generation.text
 
 
 def test_graphed_and_eager_agree_and_sampling_repeats():

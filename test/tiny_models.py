@@ -36,3 +36,40 @@ def save_tiny(arch, folder, tie=False, seed=0):
                     proj.bias.normal_(0.0, 0.5)
     model.save_pretrained(folder)
     return folder
+
+
+def save_tiny_gptq(arch, folder, tie=False, seed=0):
+    """
+    Write a tiny GPTQ checkpoint (round-to-nearest 4-bit) and its float32 dequantisation.
+
+    Returns (gptq_dir, float_dir): transformers loads float_dir, so it is the reference for
+    the 4-bit kernels on the very same weights.
+    """
+    from pathlib import Path
+    from physinf_ros.engine.gptq_files import quantize_hf_dir
+    folder = Path(folder)
+    quantize_hf_dir(save_tiny(arch, folder / 'float', tie, seed), folder / 'gptq')
+    return folder / 'gptq', dequantised_copy(folder / 'gptq', folder / 'dequantised')
+
+
+def dequantised_copy(gptq_dir, out):
+    """Write the exact float32 dequantisation of a GPTQ directory (tokenizer files too)."""
+    import json
+    from pathlib import Path
+    import shutil
+    from physinf_ros.engine import gptq
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    gptq_dir, out = Path(gptq_dir), Path(out)
+    shutil.copytree(gptq_dir, out, ignore=shutil.ignore_patterns('*.safetensors*'))
+    state = {}
+    for file in sorted(gptq_dir.glob('*.safetensors')):
+        with safe_open(str(file), framework='pt') as f:
+            state.update({name: f.get_tensor(name) for name in f.keys()})
+    state = {k: v.float().contiguous() for k, v in gptq.dequantize_state(state).items()}
+    save_file(state, str(out / 'model.safetensors'))
+    config = json.loads((out / 'config.json').read_text())
+    config.pop('quantization_config')
+    config['torch_dtype'] = 'float32'
+    (out / 'config.json').write_text(json.dumps(config))
+    return out

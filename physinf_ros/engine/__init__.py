@@ -14,8 +14,9 @@ from .text import encode_prompt, encode_truncated, load_tokenizer
 
 # hf: transformers, eager. hf-graphed: transformers + StaticCache + one CUDA graph per step.
 # eager: our forward op by op. graphed: our whole step in one CUDA graph.
+# eager and graphed run GPTQ checkpoints with 4-bit kernels on CUDA (dequantised on a CPU).
 # exllamav2[-q4|-q8]: GPTQ/EXL2 checkpoints on exllamav2, fp16 (or 4-/8-bit) KV cache.
-# auto: the fastest here (exllamav2 for quantised checkpoints on CUDA).
+# auto: the fastest here (graphed; exllamav2 for EXL2 checkpoints).
 EXLLAMA = ('exllamav2', 'exllamav2-q4', 'exllamav2-q8')
 BACKENDS = ('auto', 'hf', 'hf-graphed', 'eager', 'graphed') + EXLLAMA
 GRAPHED = {'graphed': 'eager', 'hf-graphed': 'hf'}   # what each falls back to without CUDA
@@ -102,21 +103,23 @@ def pick_backend(backend: str, device: torch.device, quantization: Optional[str]
         raise EngineError(f'{quantization} checkpoints run only on backend exllamav2, which '
                           f'needs a CUDA GPU (device is {device.type})')
     if backend == 'auto':
+        if quantization == 'gptq' and cuda:
+            return 'graphed'   # our 4-bit kernels: docs/PERF.md measures them against exllamav2
         if quantization and cuda:
             return 'exllamav2'
         if quantization:
             log(f'{quantization} checkpoint on {device.type}: backend eager runs it with its '
-                'weights dequantised to float once at load (exllamav2 needs CUDA)')
+                'weights dequantised to float once at load (the 4-bit kernels need CUDA)')
         return 'graphed' if cuda else 'eager'
     if backend in EXLLAMA and not quantization:
         raise EngineError(f'backend {backend} runs GPTQ or EXL2 checkpoints; this model has '
                           'float weights: append :gptq to the model spec for a 4-bit copy')
     if backend in ('hf', 'hf-graphed') and quantization:
         raise EngineError(f'backend {backend} loads float checkpoints only; run this '
-                          f'{quantization} model with exllamav2 (CUDA) or eager (dequantised)')
-    if backend in ('eager', 'graphed') and quantization:
-        log(f'{quantization} checkpoint: backend {backend} runs it with its weights dequantised '
-            'to float once at load (a reference path; exllamav2 runs the 4-bit kernels)')
+                          f'{quantization} model with graphed or eager (GPTQ) or exllamav2')
+    if backend in ('eager', 'graphed') and quantization and not cuda:
+        log(f'{quantization} checkpoint on {device.type}: backend {backend} runs it with its '
+            'weights dequantised to float once at load (the 4-bit kernels need CUDA)')
     if backend in GRAPHED and not cuda:
         log(f'backend {backend} needs CUDA graphs; on {device.type} it runs as '
             f'{GRAPHED[backend]} (the same forward, launched op by op)')
@@ -139,7 +142,8 @@ def load_weights(name: str, source: ModelSource, device: torch.device, dtype: to
             config = llama.ModelConfig.from_hf(source.hf_config)
             return llama.from_state_dict(config, llama.synthetic_state_dict(
                 config, device, dtype), device, dtype)
-        return llama.load_hf_dir(source.path, device, dtype)
+        # On CUDA the linears stay 4-bit for the kernels; a CPU runs the dequantised floats.
+        return llama.load_hf_dir(source.path, device, dtype, packed=device.type == 'cuda')
     except (ValueError, FileNotFoundError) as exc:
         hint = '' if quant_method(source) else '; backend hf runs any transformers model'
         raise EngineError(f'backend {name} cannot load {source.name}: {exc}{hint}') from None

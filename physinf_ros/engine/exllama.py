@@ -18,6 +18,7 @@ Two behaviours of exllamav2 0.3.2 are handled here:
 
 from contextlib import contextmanager
 from importlib.util import find_spec
+import json
 import os
 from pathlib import Path
 from typing import Callable, Sequence
@@ -111,6 +112,11 @@ class ExLlamaV2Decoder(ForwardDecoder):
         cache_class = {'fp16': exllamav2.ExLlamaV2Cache, 'q4': exllamav2.ExLlamaV2Cache_Q4,
                        'q8': exllamav2.ExLlamaV2Cache_Q8}[self.kv_cache]
         self.cache = cache_class(model, max_seq_len=info.max_context, batch_size=1)
+        # What the roofline needs: the checkpoint's shape, group size and cache width.
+        self.hf_config = json.loads((Path(model.config.model_dir) / 'config.json').read_text())
+        quant = self.hf_config.get('quantization_config') or {}
+        self.group_size = quant.get('group_size') if quant.get('quant_method') == 'gptq' else None
+        self.kv_bytes_per_element = KV_BYTES_PER_ELEMENT[self.kv_cache]
 
     def _reset_cache(self) -> None:
         self.cache.current_seq_len = 0

@@ -22,11 +22,12 @@ multiple of 32 and a power-of-two group size that divides K.
 """
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, TYPE_CHECKING
 
 import torch
 
-from .llama import ModelConfig
+if TYPE_CHECKING:   # llama.py imports this module for PackedLinear
+    from .llama import ModelConfig
 
 BITS = 4
 CODES_PER_WORD = 32 // BITS
@@ -87,7 +88,7 @@ def quant_method(hf: dict) -> Optional[str]:
     return (hf.get('quantization_config') or {}).get('quant_method')
 
 
-def pick_group_size(config: ModelConfig) -> int:
+def pick_group_size(config: 'ModelConfig') -> int:
     """128 where it divides every quantised input dimension, else 64, else 32."""
     inputs = (config.hidden_size, config.q_size, config.intermediate_size)
     for size in GROUP_SIZES:
@@ -96,7 +97,7 @@ def pick_group_size(config: ModelConfig) -> int:
     raise ValueError(f'no GPTQ group size in {GROUP_SIZES} divides the input sizes {inputs}')
 
 
-def linear_shapes(config: ModelConfig) -> Dict[str, Tuple[int, int]]:
+def linear_shapes(config: 'ModelConfig') -> Dict[str, Tuple[int, int]]:
     """(out N, in K) of each quantised linear of one layer."""
     h, i, q, kv = config.hidden_size, config.intermediate_size, config.q_size, config.kv_size
     return {'self_attn.q_proj': (q, h), 'self_attn.k_proj': (kv, h),
@@ -119,7 +120,7 @@ def quantized_specs(prefix: str, out_features: int, in_features: int,
             TensorSpec(prefix + '.scales', torch.float16, (groups, out_features))]
 
 
-def checkpoint_plan(config: ModelConfig, spec: GptqSpec) -> List[TensorSpec]:
+def checkpoint_plan(config: 'ModelConfig', spec: GptqSpec) -> List[TensorSpec]:
     """Every tensor of a GPTQ checkpoint of this shape, in file order; floats are fp16."""
     h = config.hidden_size
     plan = [TensorSpec('model.embed_tokens.weight', torch.float16, (config.vocab_size, h))]
@@ -137,7 +138,7 @@ def checkpoint_plan(config: ModelConfig, spec: GptqSpec) -> List[TensorSpec]:
     return plan
 
 
-def weight_bytes(config: ModelConfig, spec: GptqSpec) -> Tuple[int, int]:
+def weight_bytes(config: 'ModelConfig', spec: GptqSpec) -> Tuple[int, int]:
     """
     Return (W, W_all) in bytes for a GPTQ checkpoint of this shape, as written by this package.
 
@@ -239,3 +240,91 @@ def dequantize_state(state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
             state.pop(key), state.pop(prefix + '.qzeros'), state.pop(prefix + '.scales'),
             state.pop(prefix + '.g_idx', None))
     return state
+
+
+@dataclass
+class PackedLinear:
+    """
+    A 4-bit linear laid out for the batch-1 GEMV: each output row's codes contiguous.
+
+    One program of the decode kernels streams whole rows, as it does for float weights:
+      codes   int32 [N, K / 8]   within each block of 32 input columns (4 words), nibble j of
+                                 word w holds column 4 j + w (GPTQ's nibble j of word w is
+                                 column 8 w + j), so that for every nibble the inputs of 4
+                                 consecutive words are 4 consecutive floats
+      scales  fp16  [N, K / g]
+      zeros   uint8 [N, K / g]   None when every zero is 8 (symmetric checkpoints: no bytes read)
+    w[n, k] = scales[n, k // g] * (code[n, k] - zero[n, k // g]), g >= 32 so that a word's
+    8 codes share one group. dtype is the model dtype, which the activations are rounded to, as
+    for float weights.
+    """
+
+    codes: torch.Tensor
+    scales: torch.Tensor
+    zeros: Optional[torch.Tensor]
+    group_size: int
+    dtype: torch.dtype
+
+    @property
+    def shape(self) -> Tuple[int, int]:
+        return self.codes.shape[0], self.codes.shape[1] * CODES_PER_WORD
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes one GEMV reads: codes, scales and (if any) zeros."""
+        parts = [self.codes, self.scales] + ([self.zeros] if self.zeros is not None else [])
+        return sum(t.numel() * t.element_size() for t in parts)
+
+    def dense(self, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+        """Return the float weight [N, K], exact in float32, in dtype (default: the model's)."""
+        n, k = self.shape
+        shifts = BITS * torch.arange(CODES_PER_WORD, device=self.codes.device, dtype=torch.int32)
+        nibbles = (self.codes.view(n, k // 32, 4, 1) >> shifts) & 0xF     # [n, block, w, j]
+        codes = nibbles.transpose(2, 3).reshape(n, k)                      # column 4 j + w
+        zeros = SYMMETRIC_ZERO if self.zeros is None else self.zeros.to(torch.int32)
+        if torch.is_tensor(zeros):
+            zeros = zeros.repeat_interleave(self.group_size, dim=1)
+        scales = self.scales.float().repeat_interleave(self.group_size, dim=1)
+        return (scales * (codes - zeros).float()).to(dtype or self.dtype)
+
+    @classmethod
+    def from_gptq(cls, qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
+                  g_idx: Optional[torch.Tensor], dtype: torch.dtype,
+                  device: torch.device) -> 'PackedLinear':
+        """Repack one GPTQ linear (class doc layout) on device; act order is refused."""
+        k = qweight.shape[0] * CODES_PER_WORD
+        n = qweight.shape[1]
+        group_size = k // scales.shape[0]
+        if group_size < 32 or k % 32:
+            raise ValueError(f'group size {group_size} (K {k}): the 4-bit kernels need groups '
+                             'of at least 32 and K a multiple of 32')
+        if g_idx is not None and not torch.equal(
+                g_idx.long().cpu(), torch.arange(k) // group_size):
+            raise ValueError('act-order GPTQ (a g_idx that permutes the groups) runs only on '
+                             'backend exllamav2')
+        codes = unpack_codes(qweight.to(device)).T.reshape(n, k // 32, 8, 4)   # [n, block, j, w]
+        shifts = (BITS * torch.arange(CODES_PER_WORD, device=device)).view(1, 1, 1, -1)
+        words = (codes.transpose(2, 3).to(torch.int64) << shifts).sum(dim=3)
+        zeros = unpack_zeros(qzeros.to(device)).T.contiguous()                 # [N, G], 1..16
+        return cls(_to_int32(words).reshape(n, k // CODES_PER_WORD),
+                   scales.to(device).T.contiguous(),
+                   None if bool((zeros == SYMMETRIC_ZERO).all()) else zeros.to(torch.uint8),
+                   group_size, dtype)
+
+    @classmethod
+    def cat(cls, parts: List['PackedLinear']) -> 'PackedLinear':
+        """Stack linears of one input along their outputs (QKV, gate/up), as torch.cat would."""
+        first = parts[0]
+        if any(p.group_size != first.group_size for p in parts):
+            raise ValueError('fused linears must share a group size')
+        zeros = None
+        if any(p.zeros is not None for p in parts):
+            zeros = torch.cat([p.zeros if p.zeros is not None else torch.full_like(
+                p.scales, SYMMETRIC_ZERO, dtype=torch.uint8) for p in parts])
+        return cls(torch.cat([p.codes for p in parts]), torch.cat([p.scales for p in parts]),
+                   zeros, first.group_size, first.dtype)
+
+
+def dense(w) -> torch.Tensor:
+    """Return a float weight as it is, a PackedLinear dequantised (in its model dtype)."""
+    return w.dense() if isinstance(w, PackedLinear) else w

@@ -26,6 +26,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from .gptq import PackedLinear
+
 INTERPRET = os.environ.get('TRITON_INTERPRET') == '1'
 _PDL = {}   # device index -> launch with PDL (Hopper and later, never in the interpreter)
 
@@ -55,9 +57,18 @@ TUNED: Dict[Tuple[str, int, int], GemvConfig] = {}
 # Defaults: the H200 sweep's choices, with 512-column tiles, which divide every hidden and
 # intermediate size of the three paper architectures (3584, 4096, 14336, 18944).
 DEFAULT = {'rms_matvec': GemvConfig(8, 512, 1, 4), 'gate_up': GemvConfig(8, 256, 1, 4),
-           'matvec_add': GemvConfig(16, 512, 1, 8)}
+           'matvec_add': GemvConfig(16, 512, 1, 8),
+           # 4-bit codes (PackedLinear): a row's 512 columns are 256 bytes.
+           'rms_matvec_q4': GemvConfig(16, 512, 1, 4), 'gate_up_q4': GemvConfig(16, 512, 1, 4),
+           'matvec_add_q4': GemvConfig(16, 512, 2, 4)}
+# RMSNorm prologue: sum the squares of x in the GEMV's own loop and scale its sums by rstd at
+# the end (True), or first read x once for rstd and round the normed input as transformers
+# does (False).
+NORM_IN_LOOP = True
+_TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
 # Attention launch shape: at most SPLITS programs per kv head, each over >= MIN_CHUNK keys.
 ATTENTION = {'splits': 32, 'min_chunk': 128, 'block_t': 64, 'num_warps': 4}
+_LOADED = set()   # GPU names whose config/kernels.yaml entry is applied
 
 
 def apply_tuning(tuning: dict) -> None:
@@ -70,14 +81,20 @@ def apply_tuning(tuning: dict) -> None:
 
 
 def load_tuning(device: torch.device) -> bool:
-    """Apply config/kernels.yaml's entry for this GPU, if it has one."""
+    """
+    Apply config/kernels.yaml's entry for this GPU, if it has one, once per process.
+
+    Once only, so that shapes applied after it (a sweep's output, by apply_tuning) stay.
+    """
     import yaml
     from ..resources import config_path
     name = torch.cuda.get_device_name(device)
     tuning = yaml.safe_load(config_path('kernels.yaml').read_text()) or {}
     if name not in tuning:
         return False
-    apply_tuning(tuning[name])
+    if name not in _LOADED:
+        _LOADED.add(name)
+        apply_tuning(tuning[name])
     return True
 
 
@@ -87,7 +104,7 @@ def _config(kind: str, n: int, k: int) -> GemvConfig:
         # Tiny shapes (tests, the interpreter): small tiles keep masks exercised and runs
         # quick; residual GEMVs split K in two so the split path is exercised too.
         return GemvConfig(min(config.block_n, 16), min(config.block_k, 64),
-                          2 if kind == 'matvec_add' else 1, config.num_warps)
+                          2 if kind.startswith('matvec_add') else 1, config.num_warps)
     return config
 
 
@@ -125,15 +142,22 @@ def _load(ptr, mask, EVEN: tl.constexpr):
 
 
 @triton.jit
-def _input(X, NORM, cols, col_mask, rstd, HAS_NORM: tl.constexpr, WDTYPE: tl.constexpr,
-           EVEN: tl.constexpr):
-    # The GEMV input, rounded as transformers rounds it: normed in float32, cast to the weight
-    # dtype, scaled by the norm weight in that dtype.
+def _input(X, NORM, cols, col_mask, rstd, HAS_NORM: tl.constexpr, ONLINE: tl.constexpr,
+           XDTYPE: tl.constexpr, EVEN: tl.constexpr):
+    # (x, the GEMV input). With a norm prologue the input is rounded as transformers rounds
+    # it (normed in float32, cast to the model dtype, scaled by the norm weight in that dtype),
+    # or, ONLINE, left in float32 and unscaled: the kernel applies rstd to its sums at the end.
     x = _load(X + cols, col_mask, EVEN).to(tl.float32)
+    x_in = x
     if HAS_NORM:
         g = _load(NORM + cols, col_mask, EVEN).to(tl.float32)
-        x = (x * rstd).to(WDTYPE).to(tl.float32) * g
-    return x.to(WDTYPE).to(tl.float32)
+        if ONLINE:
+            x_in = x * g
+        else:
+            x_in = ((x * rstd).to(XDTYPE).to(tl.float32) * g).to(XDTYPE).to(tl.float32)
+    else:
+        x_in = x.to(XDTYPE).to(tl.float32)
+    return x, x_in
 
 
 @triton.jit
@@ -149,30 +173,134 @@ def _tile(rows_ptr, row_mask, k0, k_end, BLOCK_K: tl.constexpr, EVEN: tl.constex
 
 
 @triton.jit
-def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
+def _wtile(rows_ptr, row_mask, k0, k_end, BLOCK_K: tl.constexpr, EVEN: tl.constexpr,
+           Q4: tl.constexpr):
+    # The weight tile for input columns k0 .. k0 + BLOCK_K: 4-bit codes come 8 to a word.
+    if Q4:
+        w = _tile(rows_ptr, row_mask, k0 // 8, k_end // 8, BLOCK_K // 8, EVEN)
+    else:
+        w = _tile(rows_ptr, row_mask, k0, k_end, BLOCK_K, EVEN)
+    return w
+
+
+@triton.jit
+def _q4_zeros(Z, at, row_mask, HAS_ZEROS: tl.constexpr, EVEN: tl.constexpr):
+    # 8 - zero per (row, word): the correction to the symmetric zero that _q4_dot assumes.
+    if HAS_ZEROS:
+        delta = 8.0 - _load(Z + at, row_mask[:, None], EVEN).to(tl.float32)
+    else:
+        delta = 0.0
+    return delta
+
+
+@triton.jit
+def _q4_group_index(rows, k0, K, GROUP: tl.constexpr, BLOCK_K: tl.constexpr):
+    # Index of each (row, word)'s scale and zero in the [N, K / GROUP] tables.
+    words = k0 // 8 + tl.arange(0, BLOCK_K // 8)
+    return rows.to(tl.int64)[:, None] * (K // GROUP) + (words // (GROUP // 8))[None, :]
+
+
+@triton.jit
+def _nibble_term(words, x_in, MAGIC, SHIFT: tl.constexpr):
+    # (code - 8) * x for the nibble at bit SHIFT of each word (see _q4_dot).
+    bits = (words & (0xF << SHIFT)) | MAGIC
+    value = bits.to(tl.float32, bitcast=True) - (8388608.0 + (8 << SHIFT))
+    return value * (x_in * (1.0 / (1 << SHIFT)))[None, :]
+
+
+@triton.jit
+def _q4_dot(wa, wb, da, db, X, NORM, k0, k_end, rstd, MAGIC, HAS_NORM: tl.constexpr,
+            ONLINE: tl.constexpr, TWO: tl.constexpr, HAS_ZEROS: tl.constexpr,
+            XDTYPE: tl.constexpr, BLOCK_K: tl.constexpr, EVEN: tl.constexpr):
+    # Per-word sums of (code - zero) * x for one tile of codes (two tiles sharing the input
+    # when TWO), and the squares of x for an online norm.
+    # Layout: nibble j of word w of each 32-column block holds column 4 j + w (PackedLinear),
+    # so for each j the inputs of a thread's 4 consecutive words are 4 consecutive floats.
+    # Arithmetic, 3 instructions per code: nibble j masked in place (code << 4 j) and OR-ed
+    # into the mantissa of 2^23 (one LOP3: MAGIC = 2^23's bits, passed as an argument so it
+    # sits in a register), one float subtraction of 2^23 + 8 << 4 j gives (code - 8) << 4 j
+    # exactly, one FMA with x / 16^j. Nibbles 5-7 come from the word shifted right by 20, so
+    # every masked value stays below 2^23. No integer-to-float conversion (a quarter of the
+    # FMA rate). Asymmetric zeros add (8 - zero) * sum(x) per word.
+    words = tl.arange(0, BLOCK_K // 8)
+    base = tl.max_contiguous(tl.multiple_of(k0 + (words // 4) * 32 + words % 4, 4), 4)
+    part_a = tl.zeros(wa.shape, dtype=tl.float32)
+    part_b = part_a
+    squares = tl.zeros([BLOCK_K // 8], dtype=tl.float32)
+    x_sum = tl.zeros([BLOCK_K // 8], dtype=tl.float32)
+    wa_high = wa >> 20
+    wb_high = wb >> 20
+    for j in tl.static_range(8):
+        cols = base + 4 * j
+        x, x_in = _input(X, NORM, cols, cols < k_end, rstd, HAS_NORM, ONLINE, XDTYPE, EVEN)
+        squares += x * x
+        x_sum += x_in
+        if j < 5:
+            part_a += _nibble_term(wa, x_in, MAGIC, 4 * j)
+            if TWO:
+                part_b += _nibble_term(wb, x_in, MAGIC, 4 * j)
+        else:
+            part_a += _nibble_term(wa_high, x_in, MAGIC, 4 * (j - 5))
+            if TWO:
+                part_b += _nibble_term(wb_high, x_in, MAGIC, 4 * (j - 5))
+    if HAS_ZEROS:
+        part_a += da * x_sum[None, :]
+        part_b += db * x_sum[None, :]
+    return part_a, part_b, squares
+
+
+@triton.jit
+def _zeros_like_cols(BLOCK_K: tl.constexpr, Q4: tl.constexpr):
+    if Q4:
+        z = tl.zeros([BLOCK_K // 8], dtype=tl.float32)
+    else:
+        z = tl.zeros([BLOCK_K], dtype=tl.float32)
+    return z
+
+
+@triton.jit
+def _matvec_kernel(W, S, Z, X, Y, NORM, BIAS, ARGMAX, N, K, ROW_STRIDE, eps, MAGIC,
                    HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, ACCUMULATE: tl.constexpr,
                    HAS_ARGMAX: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   SPLIT_K: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr):
+                   SPLIT_K: tl.constexpr, EVEN: tl.constexpr, Q4: tl.constexpr,
+                   HAS_ZEROS: tl.constexpr, GROUP: tl.constexpr, ONLINE: tl.constexpr,
+                   XDTYPE: tl.constexpr, PDL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     k_len = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
     k_start = tl.program_id(1) * k_len
     k_end = tl.minimum(k_start + k_len, K)
-    w_rows = W + rows.to(tl.int64)[:, None] * K
+    w_rows = W + rows.to(tl.int64)[:, None] * ROW_STRIDE
     # Weights never depend on the previous kernel: the first tile is in flight before the wait.
-    w_next = _tile(w_rows, row_mask, k_start, k_end, BLOCK_K, EVEN)
+    w_next = _wtile(w_rows, row_mask, k_start, k_end, BLOCK_K, EVEN, Q4)
     _grid_sync(PDL)
     rstd = 1.0
-    if HAS_NORM:
+    if HAS_NORM and not ONLINE:
         rstd = _rstd(X, K, eps, BLOCK_K)
-    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    if Q4:
+        acc = tl.zeros([BLOCK_N, BLOCK_K // 8], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    squares = _zeros_like_cols(BLOCK_K, Q4)
     for k0 in range(k_start, k_end, BLOCK_K):
         w = w_next
-        w_next = _tile(w_rows, row_mask, k0 + BLOCK_K, k_end, BLOCK_K, EVEN)  # keep 2 in flight
-        cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
-        x = _input(X, NORM, cols, cols < k_end, rstd, HAS_NORM, W.dtype.element_ty, EVEN)
-        acc += w.to(tl.float32) * x[None, :]
+        w_next = _wtile(w_rows, row_mask, k0 + BLOCK_K, k_end, BLOCK_K, EVEN, Q4)  # 2 in flight
+        if Q4:
+            at = _q4_group_index(rows, k0, K, GROUP, BLOCK_K)
+            delta = _q4_zeros(Z, at, row_mask, HAS_ZEROS, EVEN)
+            part, _, sq = _q4_dot(w, w, delta, delta, X, NORM, k0, k_end, rstd, MAGIC, HAS_NORM,
+                                  ONLINE, False, HAS_ZEROS, XDTYPE, BLOCK_K, EVEN)
+            acc += part * _load(S + at, row_mask[:, None], EVEN).to(tl.float32)
+        else:
+            cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
+            x, x_in = _input(X, NORM, cols, cols < k_end, rstd, HAS_NORM, ONLINE, XDTYPE, EVEN)
+            sq = x * x
+            acc += w.to(tl.float32) * x_in[None, :]
+        if HAS_NORM and ONLINE:
+            squares += sq
     y = tl.sum(acc, axis=1)
+    if HAS_NORM and ONLINE:
+        y = y / tl.sqrt(tl.sum(squares) / K + eps)   # a norm prologue sees all of K: no split
     if ACCUMULATE:
         tl.atomic_add(Y + rows, y, mask=row_mask)
     else:
@@ -192,28 +320,53 @@ def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
 
 
 @triton.jit
-def _gate_up_kernel(W, X, Y, NORM, N, K, eps, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    EVEN: tl.constexpr, PDL: tl.constexpr):
+def _gate_up_kernel(W, S, Z, X, Y, NORM, N, K, ROW_STRIDE, eps, MAGIC, BLOCK_N: tl.constexpr,
+                    BLOCK_K: tl.constexpr, EVEN: tl.constexpr, Q4: tl.constexpr,
+                    HAS_ZEROS: tl.constexpr, GROUP: tl.constexpr, ONLINE: tl.constexpr,
+                    XDTYPE: tl.constexpr, PDL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
-    gate_rows = W + rows.to(tl.int64)[:, None] * K
-    up_rows = gate_rows + N * K
-    gate_next = _tile(gate_rows, row_mask, 0, K, BLOCK_K, EVEN)
-    up_next = _tile(up_rows, row_mask, 0, K, BLOCK_K, EVEN)
+    gate_rows = W + rows.to(tl.int64)[:, None] * ROW_STRIDE
+    up_rows = gate_rows + N * ROW_STRIDE
+    gate_next = _wtile(gate_rows, row_mask, 0, K, BLOCK_K, EVEN, Q4)
+    up_next = _wtile(up_rows, row_mask, 0, K, BLOCK_K, EVEN, Q4)
     _grid_sync(PDL)
-    rstd = _rstd(X, K, eps, BLOCK_K)
-    acc_gate = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    acc_up = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    rstd = 1.0
+    if not ONLINE:
+        rstd = _rstd(X, K, eps, BLOCK_K)
+    if Q4:
+        acc_gate = tl.zeros([BLOCK_N, BLOCK_K // 8], dtype=tl.float32)
+    else:
+        acc_gate = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    acc_up = acc_gate
+    squares = _zeros_like_cols(BLOCK_K, Q4)
     for k0 in range(0, K, BLOCK_K):
         w_gate, w_up = gate_next, up_next
-        gate_next = _tile(gate_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN)
-        up_next = _tile(up_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN)
-        cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
-        x = _input(X, NORM, cols, cols < K, rstd, True, W.dtype.element_ty, EVEN)[None, :]
-        acc_gate += w_gate.to(tl.float32) * x
-        acc_up += w_up.to(tl.float32) * x
+        gate_next = _wtile(gate_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, Q4)
+        up_next = _wtile(up_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, Q4)
+        if Q4:
+            at_gate = _q4_group_index(rows, k0, K, GROUP, BLOCK_K)
+            at_up = _q4_group_index(rows + N, k0, K, GROUP, BLOCK_K)
+            part_gate, part_up, sq = _q4_dot(
+                w_gate, w_up, _q4_zeros(Z, at_gate, row_mask, HAS_ZEROS, EVEN),
+                _q4_zeros(Z, at_up, row_mask, HAS_ZEROS, EVEN), X, NORM, k0, K, rstd, MAGIC,
+                True, ONLINE, True, HAS_ZEROS, XDTYPE, BLOCK_K, EVEN)
+            acc_gate += part_gate * _load(S + at_gate, row_mask[:, None], EVEN).to(tl.float32)
+            acc_up += part_up * _load(S + at_up, row_mask[:, None], EVEN).to(tl.float32)
+        else:
+            cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
+            x, x_in = _input(X, NORM, cols, cols < K, rstd, True, ONLINE, XDTYPE, EVEN)
+            sq = x * x
+            acc_gate += w_gate.to(tl.float32) * x_in[None, :]
+            acc_up += w_up.to(tl.float32) * x_in[None, :]
+        if ONLINE:
+            squares += sq
     gate = tl.sum(acc_gate, axis=1)
     up = tl.sum(acc_up, axis=1)
+    if ONLINE:
+        rstd = 1.0 / tl.sqrt(tl.sum(squares) / K + eps)
+        gate = gate * rstd
+        up = up * rstd
     tl.store(Y + rows, gate * tl.sigmoid(gate) * up, mask=row_mask)
 
 
@@ -323,21 +476,38 @@ def _greedy_finish_kernel(PACKED, TOKEN, POS, PDL: tl.constexpr):
     tl.store(POS, tl.load(POS) + 1)
 
 
+def _operands(w) -> dict:
+    """Return the GEMV kernels' weight arguments for a float weight or a PackedLinear."""
+    # ROW_STRIDE is passed rather than derived from K in the kernel, so the compiler sees its
+    # divisibility and issues 16-byte loads of each row.
+    if isinstance(w, PackedLinear):
+        zeros = w.zeros if w.zeros is not None else w.scales
+        return {'W': w.codes, 'ROW_STRIDE': w.codes.shape[1], 'MAGIC': 0x4B000000,
+                'S': w.scales, 'Z': zeros, 'Q4': True, 'HAS_ZEROS': w.zeros is not None,
+                'GROUP': w.group_size, 'XDTYPE': _TL_DTYPES[w.dtype]}
+    return {'W': w, 'ROW_STRIDE': w.shape[1], 'MAGIC': 0, 'S': w, 'Z': w, 'Q4': False,
+            'HAS_ZEROS': False, 'GROUP': 1, 'XDTYPE': _TL_DTYPES[w.dtype]}
+
+
+def _kind(kind: str, w) -> str:
+    return kind + '_q4' if isinstance(w, PackedLinear) else kind
+
+
 def _matvec(w, x, y, norm_w, bias, eps, kind, accumulate=False, argmax=None):
     n, k = w.shape
-    cfg = _config(kind, n, k)
+    cfg = _config(_kind(kind, w), n, k)
     split_k = cfg.split_k if accumulate else 1
     _matvec_kernel[(triton.cdiv(n, cfg.block_n), split_k)](
-        w, x, y, norm_w if norm_w is not None else x, bias if bias is not None else y,
-        argmax if argmax is not None else y, n, k, eps, HAS_NORM=norm_w is not None,
-        HAS_BIAS=bias is not None, ACCUMULATE=accumulate, HAS_ARGMAX=argmax is not None,
-        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=split_k, EVEN=_even(n, k, cfg),
-        num_warps=cfg.num_warps, **_pdl(x.device))
+        X=x, Y=y, NORM=norm_w if norm_w is not None else x, BIAS=bias if bias is not None else y,
+        ARGMAX=argmax if argmax is not None else y, N=n, K=k, eps=eps,
+        HAS_NORM=norm_w is not None, HAS_BIAS=bias is not None, ACCUMULATE=accumulate,
+        HAS_ARGMAX=argmax is not None, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        SPLIT_K=split_k, EVEN=_even(n, k, cfg), ONLINE=NORM_IN_LOOP, num_warps=cfg.num_warps,
+        **_operands(w), **_pdl(x.device))
 
 
-def rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor,
-               bias: Optional[torch.Tensor], eps: float,
-               out: Optional[torch.Tensor] = None) -> torch.Tensor:
+def rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w, bias: Optional[torch.Tensor],
+               eps: float, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Return w @ rms_norm(x) (+ bias) as float32 [N], into out when given."""
     y = torch.empty(w.shape[0], device=x.device, dtype=torch.float32) if out is None else out
     _matvec(w, x, y, norm_w, bias, eps, 'rms_matvec')
@@ -352,20 +522,20 @@ def greedy_head(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, eps: flo
     _greedy_finish_kernel[(1,)](packed, token, pos, num_warps=1, **_pdl(x.device))
 
 
-def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up: torch.Tensor,
-                     eps: float) -> torch.Tensor:
+def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up, eps: float) -> torch.Tensor:
     """Return silu(gate) * up for [gate; up] = w_gate_up @ rms_norm(x), float32 [I]."""
     n2, k = w_gate_up.shape
     n = n2 // 2
-    cfg = _config('gate_up', n, k)
+    cfg = _config(_kind('gate_up', w_gate_up), n, k)
     y = torch.empty(n, device=x.device, dtype=torch.float32)
     _gate_up_kernel[(triton.cdiv(n, cfg.block_n),)](
-        w_gate_up, x, y, norm_w, n, k, eps, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        EVEN=_even(n, k, cfg), num_warps=cfg.num_warps, **_pdl(x.device))
+        X=x, Y=y, NORM=norm_w, N=n, K=k, eps=eps, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        EVEN=_even(n, k, cfg), ONLINE=NORM_IN_LOOP, num_warps=cfg.num_warps,
+        **_operands(w_gate_up), **_pdl(x.device))
     return y
 
 
-def matvec_add(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor) -> None:
+def matvec_add(x: torch.Tensor, a: torch.Tensor, w) -> None:
     """Add w @ a into x in place (the residual connection)."""
     _matvec(w, a, x, None, None, 0.0, 'matvec_add', accumulate=True)
 

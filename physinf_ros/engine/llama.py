@@ -12,12 +12,15 @@ from dataclasses import dataclass
 import json
 import math
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Union
 
 import torch
 import torch.nn.functional as F
 
+from .gptq import dense, PackedLinear
+
 ARCHS = ('llama', 'mistral', 'qwen2')
+Linear = Union[torch.Tensor, PackedLinear]   # a float weight [N, K] or its 4-bit form
 
 
 @dataclass(frozen=True)
@@ -77,15 +80,15 @@ class ModelConfig:
 
 @dataclass
 class Layer:
-    """One decoder layer's weights, fused as the step reads them."""
+    """One decoder layer's weights, fused as the step reads them (linears: float or 4-bit)."""
 
     attn_norm: torch.Tensor     # [H]
-    wqkv: torch.Tensor          # [q + 2 kv, H]
+    wqkv: Linear                # [q + 2 kv, H]
     bqkv: Optional[torch.Tensor]
-    wo: torch.Tensor            # [H, q]
+    wo: Linear                  # [H, q]
     mlp_norm: torch.Tensor      # [H]
-    w_gate_up: torch.Tensor     # [2 I, H]: gate rows, then up rows
-    w_down: torch.Tensor        # [H, I]
+    w_gate_up: Linear           # [2 I, H]: gate rows, then up rows
+    w_down: Linear              # [H, I]
 
 
 @dataclass
@@ -102,38 +105,60 @@ class Weights:
     def dtype(self) -> torch.dtype:
         return self.embed.dtype
 
+    @property
+    def group_size(self) -> Optional[int]:
+        """Return the 4-bit group size when the linears are packed (GPTQ), else None."""
+        wqkv = self.layers[0].wqkv
+        return wqkv.group_size if isinstance(wqkv, PackedLinear) else None
+
 
 def from_state_dict(config: ModelConfig, state: Dict[str, torch.Tensor],
                     device: torch.device, dtype: torch.dtype) -> Weights:
-    """Fuse a Hugging Face-named state dict into Weights; consumes (empties) state."""
+    """
+    Fuse a Hugging Face-named state dict into Weights; consumes (empties) state.
+
+    GPTQ linears (``.qweight``, ``.qzeros``, ``.scales``) stay 4-bit, repacked as PackedLinear.
+    """
     def take(name):
         return state.pop(name).to(device=device, dtype=dtype)
+
+    def linear(name):
+        if name + '.qweight' not in state:
+            return take(name + '.weight')
+        return PackedLinear.from_gptq(
+            state.pop(name + '.qweight'), state.pop(name + '.qzeros'), state.pop(name + '.scales'),
+            state.pop(name + '.g_idx', None), dtype, device)
+
+    def fuse(parts):
+        return PackedLinear.cat(parts) if isinstance(parts[0], PackedLinear) else torch.cat(parts)
 
     layers = []
     for i in range(config.num_layers):
         p = f'model.layers.{i}.'
-        wqkv = torch.cat([take(p + 'self_attn.q_proj.weight'), take(p + 'self_attn.k_proj.weight'),
-                          take(p + 'self_attn.v_proj.weight')])
+        wqkv = fuse([linear(p + 'self_attn.q_proj'), linear(p + 'self_attn.k_proj'),
+                     linear(p + 'self_attn.v_proj')])
         bqkv = None
         if config.qkv_bias:
             bqkv = torch.cat([take(p + 'self_attn.q_proj.bias'), take(p + 'self_attn.k_proj.bias'),
                               take(p + 'self_attn.v_proj.bias')])
-        gate_up = torch.cat([take(p + 'mlp.gate_proj.weight'), take(p + 'mlp.up_proj.weight')])
+        gate_up = fuse([linear(p + 'mlp.gate_proj'), linear(p + 'mlp.up_proj')])
         layers.append(Layer(take(p + 'input_layernorm.weight'), wqkv, bqkv,
-                            take(p + 'self_attn.o_proj.weight'),
+                            linear(p + 'self_attn.o_proj'),
                             take(p + 'post_attention_layernorm.weight'), gate_up,
-                            take(p + 'mlp.down_proj.weight')))
+                            linear(p + 'mlp.down_proj')))
     embed = take('model.embed_tokens.weight')
     lm_head = embed if config.tie_word_embeddings else take('lm_head.weight')
     return Weights(config, embed, layers, take('model.norm.weight'), lm_head)
 
 
-def load_hf_dir(path: Path, device: torch.device, dtype: torch.dtype) -> Weights:
+def load_hf_dir(path: Path, device: torch.device, dtype: torch.dtype,
+                packed: bool = True) -> Weights:
     """
     Weights from a Hugging Face directory of safetensors files.
 
-    A GPTQ checkpoint is dequantised to dtype here, once: the step then runs the ordinary float
-    forward on the same values the 4-bit kernels compute with (a reference, not a fast path).
+    A GPTQ checkpoint keeps its 4-bit linears (packed=True: the kernels read the codes), or is
+    dequantised to dtype once here (packed=False: the ordinary float forward on the same
+    values, which is the fast path on a CPU, where nothing streams 4-bit weights).
     """
     from safetensors import safe_open
     from . import gptq
@@ -150,7 +175,7 @@ def load_hf_dir(path: Path, device: torch.device, dtype: torch.dtype) -> Weights
         with safe_open(str(file), framework='pt', device='cpu') as f:
             for name in f.keys():
                 state[name] = f.get_tensor(name)
-    if method is not None:
+    if method is not None and not packed:
         gptq.dequantize_state(state)
     if config.tie_word_embeddings:
         state.pop('lm_head.weight', None)
@@ -265,7 +290,8 @@ def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tens
     x = w.embed[ids].float()                                       # [n, H] residual
     cos_n, sin_n = cos[:n][:, None], sin[:n][:, None]              # broadcast over heads
     for i, layer in enumerate(w.layers):
-        qkv = F.linear(rms_norm(x, layer.attn_norm, c.rms_norm_eps), layer.wqkv, layer.bqkv)
+        qkv = F.linear(rms_norm(x, layer.attn_norm, c.rms_norm_eps), dense(layer.wqkv),
+                       layer.bqkv)
         q, k, v = qkv.split([c.q_size, c.kv_size, c.kv_size], dim=-1)
         q = _rotate(q.view(n, c.num_heads, c.head_dim), cos_n, sin_n)
         k = _rotate(k.view(n, c.num_kv_heads, c.head_dim), cos_n, sin_n)
@@ -278,10 +304,10 @@ def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tens
         attn = F.scaled_dot_product_attention(
             q.transpose(0, 1)[None], cache.k[i, :, :n].repeat_interleave(group, 0)[None],
             cache.v[i, :, :n].repeat_interleave(group, 0)[None], is_causal=True)[0]
-        x = x + F.linear(attn.transpose(0, 1).reshape(n, c.q_size), layer.wo).float()
+        x = x + F.linear(attn.transpose(0, 1).reshape(n, c.q_size), dense(layer.wo)).float()
         gate, up = F.linear(rms_norm(x, layer.mlp_norm, c.rms_norm_eps),
-                            layer.w_gate_up).chunk(2, dim=-1)
-        x = x + F.linear(F.silu(gate) * up, layer.w_down).float()
+                            dense(layer.w_gate_up)).chunk(2, dim=-1)
+        x = x + F.linear(F.silu(gate) * up, dense(layer.w_down)).float()
     hidden = rms_norm(x[-1:] if last_only else x, w.norm, c.rms_norm_eps)
     return F.linear(hidden, w.lm_head).float()
 

@@ -2,13 +2,15 @@
 The decode step's operations in plain PyTorch: the CPU path and the kernels' reference.
 
 Each function has a twin of the same signature in kernels.py (Triton, CUDA). Activations are
-float32 vectors; weights and the KV cache are in the model dtype.
+float32 vectors; weights and the KV cache are in the model dtype (a 4-bit PackedLinear is
+dequantised on every call: a reference, not a fast path).
 """
 
 from typing import Optional
 
 import torch
 
+from .gptq import dense
 from .llama import rms_norm
 
 
@@ -16,7 +18,7 @@ def rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor,
                bias: Optional[torch.Tensor], eps: float,
                out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Return w @ rms_norm(x) (+ bias) as float32 [N], into out when given."""
-    y = torch.nn.functional.linear(rms_norm(x, norm_w, eps), w, bias).float()
+    y = torch.nn.functional.linear(rms_norm(x, norm_w, eps), dense(w), bias).float()
     return y if out is None else out.copy_(y)
 
 
@@ -31,13 +33,13 @@ def greedy_head(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, eps: flo
 def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up: torch.Tensor,
                      eps: float) -> torch.Tensor:
     """Return silu(gate) * up for [gate; up] = w_gate_up @ rms_norm(x), float32 [I]."""
-    gate, up = torch.nn.functional.linear(rms_norm(x, norm_w, eps), w_gate_up).chunk(2)
+    gate, up = torch.nn.functional.linear(rms_norm(x, norm_w, eps), dense(w_gate_up)).chunk(2)
     return (torch.nn.functional.silu(gate) * up).float()
 
 
 def matvec_add(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor) -> None:
     """Add w @ a into x in place (the residual connection)."""
-    x += torch.nn.functional.linear(a.to(w.dtype), w).float()
+    x += torch.nn.functional.linear(a.to(w.dtype), dense(w)).float()
 
 
 def rope_and_cache(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
