@@ -5,7 +5,7 @@ transformers eager, transformers StaticCache + CUDA graph, our eager and our gra
 and for GPTQ models (``synthetic:ARCH:gptq``) our graphed 4-bit step and exllamav2's.
 
 First a correctness check (our graphed step against transformers in bf16: logits error per step
-and greedy tokens, with the top-2 gap where they part), then per (model, backend, variant, ctx)
+and greedy tokens, with the top-2 gap where they part), then per (model, backend, ctx)
 a fresh decoder, a real prefill of ctx random tokens, warm-up steps and the median of measured
 steps, each step timed with the device synchronised. R_floor comes from the roofline of the
 loaded decoder (4-bit byte accounting for GPTQ) at the target's datasheet bandwidth. Writes JSON
@@ -27,9 +27,8 @@ import torch
 import transformers
 import triton
 
-# Variants of our kernels measured side by side: the RMSNorm prologue (kernels.NORM_IN_LOOP).
-VARIANTS = {'norm-in-loop': True, 'norm-prologue': False}
 FAMILIES = (['hf', 'hf-graphed'], ['eager', 'graphed'], ['exllamav2'])
+EXLLAMA_WARMUP = 210   # exllamav2's per-layer graphs start after 205 calls at one shape
 
 
 def check(model, steps=32, prompt_len=128):
@@ -60,8 +59,6 @@ def check(model, steps=32, prompt_len=128):
 
 def time_cell(engine, backend, ctx, warmup, steps, seed):
     decoder = engine.renew(backend)
-    if backend.startswith('exllamav2'):
-        warmup = max(warmup, 210)   # its per-layer graphs start after 205 calls at one shape
     vocab = 1000
     ids = torch.randint(0, vocab, (ctx,), generator=torch.Generator().manual_seed(seed)).tolist()
     torch.cuda.synchronize()
@@ -80,29 +77,25 @@ def time_cell(engine, backend, ctx, warmup, steps, seed):
             'step_ms_median': statistics.median(samples), 'step_ms': samples}
 
 
-def run_family(report, model, chosen, contexts, variants, args, b_peak):
-    max_context = max(contexts) + args.warmup + args.steps + 8
+def run_family(report, model, chosen, contexts, args, b_peak):
+    warmup = max(args.warmup, EXLLAMA_WARMUP) if chosen[0].startswith('exllamav2') else args.warmup
+    max_context = max(contexts) + warmup + args.steps + 8
     engine = load(model, backend=chosen[0], max_context=max_context)
     floor = decoder_floor(engine.decoder, b_peak)
     for backend in chosen:
-        ours = backend in ('eager', 'graphed')
-        for variant in (variants if ours else ['stock']):
-            if ours:
-                kernels.NORM_IN_LOOP = VARIANTS[variant]
-            for ctx in contexts:
-                try:
-                    cell = time_cell(engine, backend, ctx, args.warmup, args.steps, seed=ctx)
-                except Exception as exc:  # noqa: B902 - record the failure, keep the rest
-                    cell = {'backend': backend, 'ctx': ctx, 'error': f'{type(exc).__name__}: '
-                            f'{str(exc)[:300]}'}
-                cell.update(model=model, variant=variant)
-                if 'step_ms_median' in cell:
-                    roof = floor.at(ctx, cell['step_ms_median'])
-                    cell.update(t_floor_ms=roof['t_floor_ms'], r_floor=roof['R_floor'],
-                                W_bytes=roof['W_bytes'], K_bytes=roof['K_bytes'])
-                report['cells'].append(cell)
-                print(json.dumps({k: v for k, v in cell.items() if k != 'step_ms'}), flush=True)
-    kernels.NORM_IN_LOOP = VARIANTS[variants[0]]
+        for ctx in contexts:
+            try:
+                cell = time_cell(engine, backend, ctx, warmup, args.steps, seed=ctx)
+            except Exception as exc:  # noqa: B902 - record the failure, keep the rest
+                cell = {'backend': backend, 'ctx': ctx, 'error': f'{type(exc).__name__}: '
+                        f'{str(exc)[:300]}'}
+            cell['model'] = model
+            if 'step_ms_median' in cell:
+                roof = floor.at(ctx, cell['step_ms_median'])
+                cell.update(t_floor_ms=roof['t_floor_ms'], r_floor=roof['R_floor'],
+                            W_bytes=roof['W_bytes'], K_bytes=roof['K_bytes'])
+            report['cells'].append(cell)
+            print(json.dumps({k: v for k, v in cell.items() if k != 'step_ms'}), flush=True)
     engine = None
     torch.cuda.empty_cache()
 
@@ -113,8 +106,6 @@ def main(argv=None):
                         help='comma-separated model specs (a :gptq spec for the 4-bit step)')
     parser.add_argument('--backends', default='hf,hf-graphed,eager,graphed')
     parser.add_argument('--contexts', default='2048,8192,16384')
-    parser.add_argument('--variants', default='norm-in-loop',
-                        help="our kernels' variants to time: " + ', '.join(VARIANTS))
     parser.add_argument('--warmup', type=int, default=5)
     parser.add_argument('--steps', type=int, default=30)
     parser.add_argument('--tuning', help='kernel_sweep.py output to apply before timing')
@@ -127,7 +118,6 @@ def main(argv=None):
     target = detect(torch.device('cuda'))
     contexts = [int(c) for c in args.contexts.split(',')]
     backends = args.backends.split(',')
-    variants = args.variants.split(',')
     report = {'models': args.models, 'gpu': torch.cuda.get_device_name(),
               'b_peak_gbps': target.bandwidth_gbs, 'torch': torch.__version__,
               'transformers': transformers.__version__, 'triton': triton.__version__,
@@ -141,13 +131,12 @@ def main(argv=None):
         for family in FAMILIES:
             chosen = [b for b in family if b in backends]
             if chosen and usable(model, family):
-                run_family(report, model, chosen, contexts, variants, args, target.bandwidth_gbs)
+                run_family(report, model, chosen, contexts, args, target.bandwidth_gbs)
     with open(args.out, 'w') as f:
         json.dump(report, f, indent=1)
-    print(f'{"model":>28} {"backend":>10} {"variant":>14} {"ctx":>6} {"ms/step":>9} '
-          f'{"R_floor":>8}')
+    print(f'{"model":>28} {"backend":>12} {"ctx":>6} {"ms/step":>9} {"R_floor":>8}')
     for cell in report['cells']:
-        head = f'{cell["model"]:>28} {cell["backend"]:>10} {cell["variant"]:>14} {cell["ctx"]:>6}'
+        head = f'{cell["model"]:>28} {cell["backend"]:>12} {cell["ctx"]:>6}'
         if 'error' in cell:
             print(f'{head} ERROR {cell["error"][:60]}')
         else:

@@ -53,13 +53,13 @@ CANDIDATES = {
                 itertools.product((4, 8, 16), (256, 512, 1024), (4, 8))],
     'matvec_add': [GemvConfig(bn, bk, s, w) for bn, bk, s, w in
                    itertools.product((8, 16, 32), (512, 1024), (1, 2, 4), (4, 8))],
-    # 4-bit codes: a tile of BLOCK_K columns is BLOCK_K / 2 bytes per row.
+    # 4-bit codes: block_k inputs (block_k / 8 rows of GPTQ words) by block_n outputs.
     'rms_matvec_q4': [GemvConfig(bn, bk, 1, w) for bn, bk, w in
-                      itertools.product((16, 32, 64), (256, 512, 1024), (4, 8))],
+                      itertools.product((16, 32, 64), (128, 256, 512), (4, 8))],
     'gate_up_q4': [GemvConfig(bn, bk, 1, w) for bn, bk, w in
-                   itertools.product((8, 16, 32), (256, 512, 1024), (4, 8))],
+                   itertools.product((16, 32, 64), (128, 256, 512), (4, 8))],
     'matvec_add_q4': [GemvConfig(bn, bk, s, w) for bn, bk, s, w in
-                      itertools.product((16, 32), (256, 512), (1, 2, 4), (4, 8))],
+                      itertools.product((32, 64, 128), (128, 256), (2, 4, 8), (4, 8))],
 }
 GROUP_SIZE = 128   # the paper's GPTQ checkpoints
 
@@ -68,9 +68,9 @@ def random_weight(kind, rows, k, device, dtype):
     """Return a random weight in kind's format: bf16 [rows, k], or 4-bit in groups of 128."""
     if not kind.endswith('_q4'):
         return torch.randn(rows, k, device=device).to(dtype) * 0.02
-    codes = torch.randint(-2 ** 31, 2 ** 31 - 1, (rows, k // 8), dtype=torch.int32,
+    codes = torch.randint(-2 ** 31, 2 ** 31 - 1, (k // 8, rows), dtype=torch.int32,
                           device=device)
-    scales = (torch.rand(rows, k // GROUP_SIZE, device=device) * 0.01).half()
+    scales = (torch.rand(k // GROUP_SIZE, rows, device=device) * 0.01).half()
     return PackedLinear(codes, scales, None, GROUP_SIZE, dtype)
 
 

@@ -12,8 +12,8 @@
 #   exl2build  start building exllamav2's CUDA extension in the background (its own session, so
 #              it outlives this call; the next call on the same machine finds it built)
 #   q4sweep    launch-shape sweep of the 4-bit GEMVs only, kept on the machine for q4compare
-#   q4compare  issue 5's comparison: synthetic Llama-3.1-8B bf16 graphed (two RMSNorm variants)
-#              and GPTQ 4-bit graphed vs exllamav2, contexts 2048-16384, R_floor for each
+#   q4compare  issue 5's comparison: synthetic Llama-3.1-8B bf16 graphed, and GPTQ 4-bit graphed
+#              vs exllamav2, contexts 2048-16384, R_floor for each
 # Logs and results go to $OUT/work and come back as $OUT/results.tgz (the device tool returns
 # at most 8 files), with a short summary on stdout.
 set -uo pipefail
@@ -98,7 +98,7 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
       cat "$STASH/exl2build.log" 2>/dev/null | tail -n 2
       TAIL=30 run q4compare 560 python3 benchmarks/engine_compare.py --skip-check \
         --models synthetic:llama-3.1-8b,synthetic:llama-3.1-8b:gptq \
-        --backends graphed,exllamav2 --variants norm-in-loop,norm-prologue \
+        --backends graphed,exllamav2 \
         --contexts 2048,4096,8192,16384 \
         $([ -f "$STASH/kernel_sweep_q4.json" ] && echo --tuning "$STASH/kernel_sweep_q4.json") \
         --out "$WORK/engine_compare_q4.json";;

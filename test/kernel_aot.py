@@ -21,28 +21,32 @@ import triton.language as tl
 
 TARGET = GPUTarget('cuda', 90, 32)
 BF, F32 = '*bf16', '*fp32'
-GEMV = {'W': BF, 'S': BF, 'Z': BF, 'X': F32, 'Y': F32, 'NORM': BF, 'BIAS': BF, 'ARGMAX': '*i64',
-        'N': 'i32', 'K': 'i32', 'ROW_STRIDE': 'i32', 'eps': 'fp32', 'MAGIC': 'i32'}
-Q4 = {'W': '*i32', 'S': '*fp16', 'Z': '*u8'}    # PackedLinear: codes, scales, zeros
+GEMV = {'W': BF, 'X': F32, 'Y': F32, 'NORM': BF, 'BIAS': BF, 'ARGMAX': '*i64', 'N': 'i32',
+        'K': 'i32', 'eps': 'fp32'}
 
 
 def variants():
     """(kernel, signature, constexprs) for every variant the engine launches on Hopper."""
     out = []
     for even in (True, False):
-        for q4 in (False, True):
-            weights = {'Q4': q4, 'HAS_ZEROS': q4 and not even, 'GROUP': 128 if q4 else 1,
-                       'ONLINE': True, 'XDTYPE': tl.bfloat16, 'EVEN': even, 'PDL': True}
-            signature = dict(GEMV, **Q4) if q4 else GEMV
-            for norm, acc, argmax, split in ((True, False, not q4, 1), (False, True, False, 2)):
-                consts = {'HAS_NORM': norm, 'HAS_BIAS': norm, 'ACCUMULATE': acc,
-                          'HAS_ARGMAX': argmax, 'BLOCK_N': 8 if not q4 else 16,
-                          'BLOCK_K': 1024 if not q4 else 512, 'SPLIT_K': split, **weights}
-                out.append((kernels._matvec_kernel, signature, consts))
-            out.append((kernels._gate_up_kernel,
-                        {k: signature[k] for k in ('W', 'S', 'Z', 'X', 'Y', 'NORM', 'N', 'K',
-                                                   'ROW_STRIDE', 'eps', 'MAGIC')},
-                        {'BLOCK_N': 4 if not q4 else 16, 'BLOCK_K': 512, **weights}))
+        for norm, acc, argmax, split in ((True, False, True, 1), (False, True, False, 2)):
+            consts = {'HAS_NORM': norm, 'HAS_BIAS': norm, 'ACCUMULATE': acc,
+                      'HAS_ARGMAX': argmax, 'BLOCK_N': 8, 'BLOCK_K': 1024, 'SPLIT_K': split,
+                      'EVEN': even, 'PDL': True}
+            out.append((kernels._matvec_kernel, GEMV, consts))
+        out.append((kernels._gate_up_kernel, {k: GEMV[k] for k in ('W', 'X', 'Y', 'NORM', 'N',
+                                                                   'K', 'eps')},
+                    {'BLOCK_N': 4, 'BLOCK_K': 512, 'EVEN': even, 'PDL': True}))
+    q4 = {'QW': '*i32', 'S': '*fp16', 'Z': '*u8', 'X': F32, 'Y': F32, 'NORM': BF, 'BIAS': BF,
+          'N': 'i32', 'K': 'i32', 'N_ALL': 'i32', 'eps': 'fp32', 'MAGIC': 'i32'}
+    for even in (True, False):
+        for norm, acc, gate_up, split in ((True, False, False, 1), (False, True, False, 4),
+                                          (True, False, True, 1)):
+            out.append((kernels._q4_gemv_kernel, q4,
+                        {'HAS_NORM': norm, 'HAS_BIAS': norm and not gate_up, 'ACCUMULATE': acc,
+                         'GATE_UP': gate_up, 'HAS_ZEROS': not even, 'GROUP': 128,
+                         'BLOCK_N': 32, 'BLOCK_R': 32, 'SPLIT_K': split, 'EVEN': even,
+                         'WDTYPE': tl.bfloat16, 'PDL': True}))
     out.append((kernels._rope_cache_kernel,
                 {'QKV': F32, 'POS': '*i32', 'COS': F32, 'SIN': F32, 'KC': BF, 'VC': BF,
                  'QOUT': F32, 'num_heads': 'i32', 'kv_heads': 'i32', 'max_context': 'i32'},
@@ -65,7 +69,7 @@ def compile_one(fn, signature, constexprs):
     sig = dict(signature, **dict.fromkeys(constexprs, 'constexpr'))
     # What the JIT assumes at run time for 16-aligned pointers and sizes like 4096.
     attrs = {(i,): [['tt.divisibility', 16]] for i, (name, kind) in enumerate(sig.items())
-             if kind.startswith('*') or name in ('N', 'K', 'ROW_STRIDE')}
+             if kind.startswith('*') or name in ('N', 'K', 'N_ALL')}
     compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs,
                                         attrs=attrs),
                               target=TARGET, options={'launch_pdl': True})
@@ -82,7 +86,7 @@ def compile_one(fn, signature, constexprs):
 def main():
     for fn, signature, constexprs in variants():
         name = fn.__name__
-        shown = {k: v for k, v in constexprs.items() if k not in ('DOT', 'XDTYPE')}
+        shown = {k: v for k, v in constexprs.items() if k not in ('DOT', 'WDTYPE')}
         try:
             print(json.dumps({'kernel': name, 'constexprs': shown,
                               'loads': compile_one(fn, signature, constexprs)}))

@@ -245,18 +245,14 @@ def dequantize_state(state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
 @dataclass
 class PackedLinear:
     """
-    A 4-bit linear laid out for the batch-1 GEMV: each output row's codes contiguous.
+    A 4-bit linear as the decode kernels read it: GPTQ's own layout, zeros unpacked.
 
-    One program of the decode kernels streams whole rows, as it does for float weights:
-      codes   int32 [N, K / 8]   within each block of 32 input columns (4 words), nibble j of
-                                 word w holds column 4 j + w (GPTQ's nibble j of word w is
-                                 column 8 w + j), so that for every nibble the inputs of 4
-                                 consecutive words are 4 consecutive floats
-      scales  fp16  [N, K / g]
-      zeros   uint8 [N, K / g]   None when every zero is 8 (symmetric checkpoints: no bytes read)
-    w[n, k] = scales[n, k // g] * (code[n, k] - zero[n, k // g]), g >= 32 so that a word's
-    8 codes share one group. dtype is the model dtype, which the activations are rounded to, as
-    for float weights.
+      codes   int32 [K / 8, N]   input k's code in nibble k % 8 of row k // 8 (qweight)
+      scales  fp16  [K / g, N]
+      zeros   uint8 [K / g, N]   None when every zero is 8 (symmetric: no bytes read)
+    w[n, k] = scales[k // g, n] * (code[k, n] - zero[k // g, n]), with g >= 8 so that a word's
+    8 codes share one group. dtype is the model dtype, which the activations are rounded to,
+    as for float weights.
     """
 
     codes: torch.Tensor
@@ -267,7 +263,8 @@ class PackedLinear:
 
     @property
     def shape(self) -> Tuple[int, int]:
-        return self.codes.shape[0], self.codes.shape[1] * CODES_PER_WORD
+        """(N, K), as a float weight's shape."""
+        return self.codes.shape[1], self.codes.shape[0] * CODES_PER_WORD
 
     @property
     def nbytes(self) -> int:
@@ -277,38 +274,29 @@ class PackedLinear:
 
     def dense(self, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
         """Return the float weight [N, K], exact in float32, in dtype (default: the model's)."""
-        n, k = self.shape
-        shifts = BITS * torch.arange(CODES_PER_WORD, device=self.codes.device, dtype=torch.int32)
-        nibbles = (self.codes.view(n, k // 32, 4, 1) >> shifts) & 0xF     # [n, block, w, j]
-        codes = nibbles.transpose(2, 3).reshape(n, k)                      # column 4 j + w
-        zeros = SYMMETRIC_ZERO if self.zeros is None else self.zeros.to(torch.int32)
-        if torch.is_tensor(zeros):
-            zeros = zeros.repeat_interleave(self.group_size, dim=1)
-        scales = self.scales.float().repeat_interleave(self.group_size, dim=1)
-        return (scales * (codes - zeros).float()).to(dtype or self.dtype)
+        codes = unpack_codes(self.codes)                                    # [K, N]
+        groups = torch.arange(codes.shape[0], device=codes.device) // self.group_size
+        zeros = SYMMETRIC_ZERO if self.zeros is None else self.zeros.to(torch.int32)[groups]
+        w = self.scales.float()[groups] * (codes - zeros).float()
+        return w.T.contiguous().to(dtype or self.dtype)
 
     @classmethod
     def from_gptq(cls, qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,
                   g_idx: Optional[torch.Tensor], dtype: torch.dtype,
                   device: torch.device) -> 'PackedLinear':
-        """Repack one GPTQ linear (class doc layout) on device; act order is refused."""
+        """Take one GPTQ linear onto device (class doc layout); act order is refused."""
         k = qweight.shape[0] * CODES_PER_WORD
-        n = qweight.shape[1]
         group_size = k // scales.shape[0]
-        if group_size < 32 or k % 32:
-            raise ValueError(f'group size {group_size} (K {k}): the 4-bit kernels need groups '
-                             'of at least 32 and K a multiple of 32')
+        if group_size % CODES_PER_WORD:
+            raise ValueError(f'group size {group_size}: the 4-bit kernels need a multiple of 8')
         if g_idx is not None and not torch.equal(
                 g_idx.long().cpu(), torch.arange(k) // group_size):
             raise ValueError('act-order GPTQ (a g_idx that permutes the groups) runs only on '
                              'backend exllamav2')
-        codes = unpack_codes(qweight.to(device)).T.reshape(n, k // 32, 8, 4)   # [n, block, j, w]
-        shifts = (BITS * torch.arange(CODES_PER_WORD, device=device)).view(1, 1, 1, -1)
-        words = (codes.transpose(2, 3).to(torch.int64) << shifts).sum(dim=3)
-        zeros = unpack_zeros(qzeros.to(device)).T.contiguous()                 # [N, G], 1..16
-        return cls(_to_int32(words).reshape(n, k // CODES_PER_WORD),
-                   scales.to(device).T.contiguous(),
-                   None if bool((zeros == SYMMETRIC_ZERO).all()) else zeros.to(torch.uint8),
+        zeros = unpack_zeros(qzeros.to(device))                               # [G, N], 1..16
+        return cls(qweight.to(device).contiguous(), scales.to(device).contiguous(),
+                   None if bool((zeros == SYMMETRIC_ZERO).all())
+                   else zeros.to(torch.uint8).contiguous(),
                    group_size, dtype)
 
     @classmethod
@@ -320,9 +308,10 @@ class PackedLinear:
         zeros = None
         if any(p.zeros is not None for p in parts):
             zeros = torch.cat([p.zeros if p.zeros is not None else torch.full_like(
-                p.scales, SYMMETRIC_ZERO, dtype=torch.uint8) for p in parts])
-        return cls(torch.cat([p.codes for p in parts]), torch.cat([p.scales for p in parts]),
-                   zeros, first.group_size, first.dtype)
+                p.scales, SYMMETRIC_ZERO, dtype=torch.uint8) for p in parts], dim=1)
+        return cls(torch.cat([p.codes for p in parts], dim=1),
+                   torch.cat([p.scales for p in parts], dim=1), zeros, first.group_size,
+                   first.dtype)
 
 
 def dense(w) -> torch.Tensor:

@@ -10,10 +10,11 @@ step has few launches:
   rope_and_cache    RoPE on q and k, k and v stored into the static cache at `pos`
   decode_attention  split-K GQA attention over the filled cache (flash-decoding), + reduce
   greedy_head       final RMSNorm + lm_head GEMV with the argmax folded into its epilogue
-`pos` is read on the device, so one captured graph serves every position. On Hopper every
-kernel is launched with programmatic dependent launch (PDL): it is scheduled while its
-predecessor drains, reads its first weight tile, and only then waits for the predecessor's
-results, which hides most of the gap between the ~230 kernels of a step. With
+GPTQ 4-bit linears (PackedLinear) take the same roles through _q4_gemv_kernel, which reads
+GPTQ's own layout. `pos` is read on the device, so one captured graph serves every position.
+On Hopper every kernel is launched with programmatic dependent launch (PDL): it is scheduled
+while its predecessor drains, reads its first weight tile, and only then waits for the
+predecessor's results, which hides most of the gap between the ~230 kernels of a step. With
 TRITON_INTERPRET=1 the same kernels run on the CPU, which is how CI checks them.
 """
 
@@ -58,17 +59,11 @@ TUNED: Dict[Tuple[str, int, int], GemvConfig] = {}
 # intermediate size of the three paper architectures (3584, 4096, 14336, 18944).
 DEFAULT = {'rms_matvec': GemvConfig(8, 512, 1, 4), 'gate_up': GemvConfig(8, 256, 1, 4),
            'matvec_add': GemvConfig(16, 512, 1, 8),
-           # 4-bit codes (PackedLinear): a row's 512 columns are 256 bytes.
-           'rms_matvec_q4': GemvConfig(16, 512, 1, 4), 'gate_up_q4': GemvConfig(16, 512, 1, 4),
-           'matvec_add_q4': GemvConfig(16, 512, 2, 4)}
-# RMSNorm prologue: sum the squares of x in the GEMV's own loop and scale its sums by rstd at
-# the end (True), or first read x once for rstd and round the normed input as transformers
-# does (False).
-NORM_IN_LOOP = True
-_TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
+           # 4-bit GEMVs tile [block_k inputs, block_n outputs] of GPTQ's [K / 8, N] codes.
+           'rms_matvec_q4': GemvConfig(32, 256, 1, 4), 'gate_up_q4': GemvConfig(32, 256, 1, 4),
+           'matvec_add_q4': GemvConfig(64, 256, 4, 4)}
 # Attention launch shape: at most SPLITS programs per kv head, each over >= MIN_CHUNK keys.
 ATTENTION = {'splits': 32, 'min_chunk': 128, 'block_t': 64, 'num_warps': 4}
-_LOADED = set()   # GPU names whose config/kernels.yaml entry is applied
 
 
 def apply_tuning(tuning: dict) -> None:
@@ -81,20 +76,14 @@ def apply_tuning(tuning: dict) -> None:
 
 
 def load_tuning(device: torch.device) -> bool:
-    """
-    Apply config/kernels.yaml's entry for this GPU, if it has one, once per process.
-
-    Once only, so that shapes applied after it (a sweep's output, by apply_tuning) stay.
-    """
+    """Apply config/kernels.yaml's entry for this GPU, if it has one."""
     import yaml
     from ..resources import config_path
     name = torch.cuda.get_device_name(device)
     tuning = yaml.safe_load(config_path('kernels.yaml').read_text()) or {}
     if name not in tuning:
         return False
-    if name not in _LOADED:
-        _LOADED.add(name)
-        apply_tuning(tuning[name])
+    apply_tuning(tuning[name])
     return True
 
 
@@ -142,22 +131,15 @@ def _load(ptr, mask, EVEN: tl.constexpr):
 
 
 @triton.jit
-def _input(X, NORM, cols, col_mask, rstd, HAS_NORM: tl.constexpr, ONLINE: tl.constexpr,
-           XDTYPE: tl.constexpr, EVEN: tl.constexpr):
-    # (x, the GEMV input). With a norm prologue the input is rounded as transformers rounds
-    # it (normed in float32, cast to the model dtype, scaled by the norm weight in that dtype),
-    # or, ONLINE, left in float32 and unscaled: the kernel applies rstd to its sums at the end.
+def _input(X, NORM, cols, col_mask, rstd, HAS_NORM: tl.constexpr, WDTYPE: tl.constexpr,
+           EVEN: tl.constexpr):
+    # The GEMV input, rounded as transformers rounds it: normed in float32, cast to the weight
+    # dtype, scaled by the norm weight in that dtype.
     x = _load(X + cols, col_mask, EVEN).to(tl.float32)
-    x_in = x
     if HAS_NORM:
         g = _load(NORM + cols, col_mask, EVEN).to(tl.float32)
-        if ONLINE:
-            x_in = x * g
-        else:
-            x_in = ((x * rstd).to(XDTYPE).to(tl.float32) * g).to(XDTYPE).to(tl.float32)
-    else:
-        x_in = x.to(XDTYPE).to(tl.float32)
-    return x, x_in
+        x = (x * rstd).to(WDTYPE).to(tl.float32) * g
+    return x.to(WDTYPE).to(tl.float32)
 
 
 @triton.jit
@@ -173,134 +155,30 @@ def _tile(rows_ptr, row_mask, k0, k_end, BLOCK_K: tl.constexpr, EVEN: tl.constex
 
 
 @triton.jit
-def _wtile(rows_ptr, row_mask, k0, k_end, BLOCK_K: tl.constexpr, EVEN: tl.constexpr,
-           Q4: tl.constexpr):
-    # The weight tile for input columns k0 .. k0 + BLOCK_K: 4-bit codes come 8 to a word.
-    if Q4:
-        w = _tile(rows_ptr, row_mask, k0 // 8, k_end // 8, BLOCK_K // 8, EVEN)
-    else:
-        w = _tile(rows_ptr, row_mask, k0, k_end, BLOCK_K, EVEN)
-    return w
-
-
-@triton.jit
-def _q4_zeros(Z, at, row_mask, HAS_ZEROS: tl.constexpr, EVEN: tl.constexpr):
-    # 8 - zero per (row, word): the correction to the symmetric zero that _q4_dot assumes.
-    if HAS_ZEROS:
-        delta = 8.0 - _load(Z + at, row_mask[:, None], EVEN).to(tl.float32)
-    else:
-        delta = 0.0
-    return delta
-
-
-@triton.jit
-def _q4_group_index(rows, k0, K, GROUP: tl.constexpr, BLOCK_K: tl.constexpr):
-    # Index of each (row, word)'s scale and zero in the [N, K / GROUP] tables.
-    words = k0 // 8 + tl.arange(0, BLOCK_K // 8)
-    return rows.to(tl.int64)[:, None] * (K // GROUP) + (words // (GROUP // 8))[None, :]
-
-
-@triton.jit
-def _nibble_term(words, x_in, MAGIC, SHIFT: tl.constexpr):
-    # (code - 8) * x for the nibble at bit SHIFT of each word (see _q4_dot).
-    bits = (words & (0xF << SHIFT)) | MAGIC
-    value = bits.to(tl.float32, bitcast=True) - (8388608.0 + (8 << SHIFT))
-    return value * (x_in * (1.0 / (1 << SHIFT)))[None, :]
-
-
-@triton.jit
-def _q4_dot(wa, wb, da, db, X, NORM, k0, k_end, rstd, MAGIC, HAS_NORM: tl.constexpr,
-            ONLINE: tl.constexpr, TWO: tl.constexpr, HAS_ZEROS: tl.constexpr,
-            XDTYPE: tl.constexpr, BLOCK_K: tl.constexpr, EVEN: tl.constexpr):
-    # Per-word sums of (code - zero) * x for one tile of codes (two tiles sharing the input
-    # when TWO), and the squares of x for an online norm.
-    # Layout: nibble j of word w of each 32-column block holds column 4 j + w (PackedLinear),
-    # so for each j the inputs of a thread's 4 consecutive words are 4 consecutive floats.
-    # Arithmetic, 3 instructions per code: nibble j masked in place (code << 4 j) and OR-ed
-    # into the mantissa of 2^23 (one LOP3: MAGIC = 2^23's bits, passed as an argument so it
-    # sits in a register), one float subtraction of 2^23 + 8 << 4 j gives (code - 8) << 4 j
-    # exactly, one FMA with x / 16^j. Nibbles 5-7 come from the word shifted right by 20, so
-    # every masked value stays below 2^23. No integer-to-float conversion (a quarter of the
-    # FMA rate). Asymmetric zeros add (8 - zero) * sum(x) per word.
-    words = tl.arange(0, BLOCK_K // 8)
-    base = tl.max_contiguous(tl.multiple_of(k0 + (words // 4) * 32 + words % 4, 4), 4)
-    part_a = tl.zeros(wa.shape, dtype=tl.float32)
-    part_b = part_a
-    squares = tl.zeros([BLOCK_K // 8], dtype=tl.float32)
-    x_sum = tl.zeros([BLOCK_K // 8], dtype=tl.float32)
-    wa_high = wa >> 20
-    wb_high = wb >> 20
-    for j in tl.static_range(8):
-        cols = base + 4 * j
-        x, x_in = _input(X, NORM, cols, cols < k_end, rstd, HAS_NORM, ONLINE, XDTYPE, EVEN)
-        squares += x * x
-        x_sum += x_in
-        if j < 5:
-            part_a += _nibble_term(wa, x_in, MAGIC, 4 * j)
-            if TWO:
-                part_b += _nibble_term(wb, x_in, MAGIC, 4 * j)
-        else:
-            part_a += _nibble_term(wa_high, x_in, MAGIC, 4 * (j - 5))
-            if TWO:
-                part_b += _nibble_term(wb_high, x_in, MAGIC, 4 * (j - 5))
-    if HAS_ZEROS:
-        part_a += da * x_sum[None, :]
-        part_b += db * x_sum[None, :]
-    return part_a, part_b, squares
-
-
-@triton.jit
-def _zeros_like_cols(BLOCK_K: tl.constexpr, Q4: tl.constexpr):
-    if Q4:
-        z = tl.zeros([BLOCK_K // 8], dtype=tl.float32)
-    else:
-        z = tl.zeros([BLOCK_K], dtype=tl.float32)
-    return z
-
-
-@triton.jit
-def _matvec_kernel(W, S, Z, X, Y, NORM, BIAS, ARGMAX, N, K, ROW_STRIDE, eps, MAGIC,
+def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
                    HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, ACCUMULATE: tl.constexpr,
                    HAS_ARGMAX: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   SPLIT_K: tl.constexpr, EVEN: tl.constexpr, Q4: tl.constexpr,
-                   HAS_ZEROS: tl.constexpr, GROUP: tl.constexpr, ONLINE: tl.constexpr,
-                   XDTYPE: tl.constexpr, PDL: tl.constexpr):
+                   SPLIT_K: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     k_len = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
     k_start = tl.program_id(1) * k_len
     k_end = tl.minimum(k_start + k_len, K)
-    w_rows = W + rows.to(tl.int64)[:, None] * ROW_STRIDE
+    w_rows = W + rows.to(tl.int64)[:, None] * K
     # Weights never depend on the previous kernel: the first tile is in flight before the wait.
-    w_next = _wtile(w_rows, row_mask, k_start, k_end, BLOCK_K, EVEN, Q4)
+    w_next = _tile(w_rows, row_mask, k_start, k_end, BLOCK_K, EVEN)
     _grid_sync(PDL)
     rstd = 1.0
-    if HAS_NORM and not ONLINE:
+    if HAS_NORM:
         rstd = _rstd(X, K, eps, BLOCK_K)
-    if Q4:
-        acc = tl.zeros([BLOCK_N, BLOCK_K // 8], dtype=tl.float32)
-    else:
-        acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    squares = _zeros_like_cols(BLOCK_K, Q4)
+    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for k0 in range(k_start, k_end, BLOCK_K):
         w = w_next
-        w_next = _wtile(w_rows, row_mask, k0 + BLOCK_K, k_end, BLOCK_K, EVEN, Q4)  # 2 in flight
-        if Q4:
-            at = _q4_group_index(rows, k0, K, GROUP, BLOCK_K)
-            delta = _q4_zeros(Z, at, row_mask, HAS_ZEROS, EVEN)
-            part, _, sq = _q4_dot(w, w, delta, delta, X, NORM, k0, k_end, rstd, MAGIC, HAS_NORM,
-                                  ONLINE, False, HAS_ZEROS, XDTYPE, BLOCK_K, EVEN)
-            acc += part * _load(S + at, row_mask[:, None], EVEN).to(tl.float32)
-        else:
-            cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
-            x, x_in = _input(X, NORM, cols, cols < k_end, rstd, HAS_NORM, ONLINE, XDTYPE, EVEN)
-            sq = x * x
-            acc += w.to(tl.float32) * x_in[None, :]
-        if HAS_NORM and ONLINE:
-            squares += sq
+        w_next = _tile(w_rows, row_mask, k0 + BLOCK_K, k_end, BLOCK_K, EVEN)  # keep 2 in flight
+        cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
+        x = _input(X, NORM, cols, cols < k_end, rstd, HAS_NORM, W.dtype.element_ty, EVEN)
+        acc += w.to(tl.float32) * x[None, :]
     y = tl.sum(acc, axis=1)
-    if HAS_NORM and ONLINE:
-        y = y / tl.sqrt(tl.sum(squares) / K + eps)   # a norm prologue sees all of K: no split
     if ACCUMULATE:
         tl.atomic_add(Y + rows, y, mask=row_mask)
     else:
@@ -320,54 +198,139 @@ def _matvec_kernel(W, S, Z, X, Y, NORM, BIAS, ARGMAX, N, K, ROW_STRIDE, eps, MAG
 
 
 @triton.jit
-def _gate_up_kernel(W, S, Z, X, Y, NORM, N, K, ROW_STRIDE, eps, MAGIC, BLOCK_N: tl.constexpr,
-                    BLOCK_K: tl.constexpr, EVEN: tl.constexpr, Q4: tl.constexpr,
-                    HAS_ZEROS: tl.constexpr, GROUP: tl.constexpr, ONLINE: tl.constexpr,
-                    XDTYPE: tl.constexpr, PDL: tl.constexpr):
+def _gate_up_kernel(W, X, Y, NORM, N, K, eps, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    EVEN: tl.constexpr, PDL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
-    gate_rows = W + rows.to(tl.int64)[:, None] * ROW_STRIDE
-    up_rows = gate_rows + N * ROW_STRIDE
-    gate_next = _wtile(gate_rows, row_mask, 0, K, BLOCK_K, EVEN, Q4)
-    up_next = _wtile(up_rows, row_mask, 0, K, BLOCK_K, EVEN, Q4)
+    gate_rows = W + rows.to(tl.int64)[:, None] * K
+    up_rows = gate_rows + N * K
+    gate_next = _tile(gate_rows, row_mask, 0, K, BLOCK_K, EVEN)
+    up_next = _tile(up_rows, row_mask, 0, K, BLOCK_K, EVEN)
     _grid_sync(PDL)
-    rstd = 1.0
-    if not ONLINE:
-        rstd = _rstd(X, K, eps, BLOCK_K)
-    if Q4:
-        acc_gate = tl.zeros([BLOCK_N, BLOCK_K // 8], dtype=tl.float32)
-    else:
-        acc_gate = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    acc_up = acc_gate
-    squares = _zeros_like_cols(BLOCK_K, Q4)
+    rstd = _rstd(X, K, eps, BLOCK_K)
+    acc_gate = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    acc_up = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         w_gate, w_up = gate_next, up_next
-        gate_next = _wtile(gate_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, Q4)
-        up_next = _wtile(up_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, Q4)
-        if Q4:
-            at_gate = _q4_group_index(rows, k0, K, GROUP, BLOCK_K)
-            at_up = _q4_group_index(rows + N, k0, K, GROUP, BLOCK_K)
-            part_gate, part_up, sq = _q4_dot(
-                w_gate, w_up, _q4_zeros(Z, at_gate, row_mask, HAS_ZEROS, EVEN),
-                _q4_zeros(Z, at_up, row_mask, HAS_ZEROS, EVEN), X, NORM, k0, K, rstd, MAGIC,
-                True, ONLINE, True, HAS_ZEROS, XDTYPE, BLOCK_K, EVEN)
-            acc_gate += part_gate * _load(S + at_gate, row_mask[:, None], EVEN).to(tl.float32)
-            acc_up += part_up * _load(S + at_up, row_mask[:, None], EVEN).to(tl.float32)
-        else:
-            cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
-            x, x_in = _input(X, NORM, cols, cols < K, rstd, True, ONLINE, XDTYPE, EVEN)
-            sq = x * x
-            acc_gate += w_gate.to(tl.float32) * x_in[None, :]
-            acc_up += w_up.to(tl.float32) * x_in[None, :]
-        if ONLINE:
-            squares += sq
+        gate_next = _tile(gate_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN)
+        up_next = _tile(up_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN)
+        cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
+        x = _input(X, NORM, cols, cols < K, rstd, True, W.dtype.element_ty, EVEN)[None, :]
+        acc_gate += w_gate.to(tl.float32) * x
+        acc_up += w_up.to(tl.float32) * x
     gate = tl.sum(acc_gate, axis=1)
     up = tl.sum(acc_up, axis=1)
-    if ONLINE:
-        rstd = 1.0 / tl.sqrt(tl.sum(squares) / K + eps)
-        gate = gate * rstd
-        up = up * rstd
     tl.store(Y + rows, gate * tl.sigmoid(gate) * up, mask=row_mask)
+
+
+@triton.jit
+def _nibble_term(words, x, MAGIC, SHIFT: tl.constexpr):
+    # (code - 8) * x for the nibble at bit SHIFT of each word (see _q4_gemv_kernel).
+    bits = (words & (0xF << SHIFT)) | MAGIC
+    value = bits.to(tl.float32, bitcast=True) - (8388608.0 + (8 << SHIFT))
+    return value * (x * (1.0 / (1 << SHIFT)))
+
+
+@triton.jit
+def _q4_tile_sums(w, x_rows, X, NORM, rstd, K, HAS_NORM: tl.constexpr, WDTYPE: tl.constexpr,
+                  MAGIC, EVEN: tl.constexpr):
+    # sum over the 8 nibbles j of (code - 8) * x[8 r + j] for each word (r, n) of a tile, and
+    # sum_j x[8 r + j] per row r (for asymmetric zeros). Nibbles 5-7 come from the word
+    # shifted right by 20, so every masked value stays below 2^23 (see _q4_gemv_kernel).
+    part = tl.zeros(w.shape, dtype=tl.float32)
+    x_sum = tl.zeros(x_rows.shape, dtype=tl.float32)
+    high = w >> 20
+    for j in tl.static_range(8):
+        cols = x_rows * 8 + j
+        x = _input(X, NORM, cols, cols < K, rstd, HAS_NORM, WDTYPE, EVEN)
+        x_sum += x
+        if j < 5:
+            part += _nibble_term(w, x[:, None], MAGIC, 4 * j)
+        else:
+            part += _nibble_term(high, x[:, None], MAGIC, 4 * (j - 5))
+    return part, x_sum
+
+
+@triton.jit
+def _q4_group_scaled(part, x_sum, S, Z, rows, cols, mask, N_ALL, GROUP: tl.constexpr,
+                     HAS_ZEROS: tl.constexpr, EVEN: tl.constexpr):
+    # A tile's per-word sums times their group scales, corrected for a zero other than 8.
+    at = (rows // (GROUP // 8)).to(tl.int64)[:, None] * N_ALL + cols[None, :]
+    if HAS_ZEROS:
+        zero = _load(Z + at, mask, EVEN).to(tl.float32)
+        part += (8.0 - zero) * x_sum[:, None]
+    return part * _load(S + at, mask, EVEN).to(tl.float32)
+
+
+@triton.jit
+def _q4_tile(ptrs, r0, r_end, col_mask, BLOCK_R: tl.constexpr, EVEN: tl.constexpr):
+    # Code words of rows r0 .. r0 + BLOCK_R; all zeros once r0 passes r_end (one scalar test,
+    # so whole tiles still load as 16-byte vectors).
+    if EVEN:
+        return tl.load(ptrs, mask=r0 < r_end, other=0)
+    rows = r0 + tl.arange(0, BLOCK_R)
+    return tl.load(ptrs, mask=(rows < r_end)[:, None] & col_mask[None, :], other=0)
+
+
+@triton.jit
+def _q4_gemv_kernel(QW, S, Z, X, Y, NORM, BIAS, N, K, N_ALL, eps, MAGIC,
+                    HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, ACCUMULATE: tl.constexpr,
+                    GATE_UP: tl.constexpr, HAS_ZEROS: tl.constexpr, GROUP: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr, SPLIT_K: tl.constexpr,
+                    EVEN: tl.constexpr, WDTYPE: tl.constexpr, PDL: tl.constexpr):
+    # y = W x for a GPTQ linear, read in GPTQ's own layout: codes [K / 8, N_ALL] (8 inputs of
+    # one output per word), scales and zeros [K / GROUP, N_ALL]. A program owns BLOCK_N
+    # outputs (columns) and walks down the words BLOCK_R rows at a time; the inputs of a row
+    # are the same for every column, so a thread loads each x once for its 4 columns, and
+    # the sums stay per column until one reduction at the end. GATE_UP: the columns n of
+    # gate and n + N of up, with SiLU(gate) * up out.
+    # Arithmetic, 3 instructions per code: nibble j masked in place (code << 4 j) and OR-ed
+    # into the mantissa of 2^23 (one LOP3; MAGIC = 2^23's bits, an argument so that it sits in
+    # a register), one float subtraction of 2^23 + 8 << 4 j gives (code - 8) << 4 j exactly,
+    # one FMA with x / 16^j. No integer-to-float conversion, which runs at a quarter of the
+    # FMA rate and would make the kernel compute-bound.
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    word_rows = K // 8
+    r_len = tl.cdiv(tl.cdiv(word_rows, SPLIT_K), BLOCK_R) * BLOCK_R
+    r_start = tl.program_id(1) * r_len
+    r_end = tl.minimum(r_start + r_len, word_rows)
+    w_ptrs = QW + (r_start + tl.arange(0, BLOCK_R)).to(tl.int64)[:, None] * N_ALL + cols[None, :]
+    # Weights never depend on the previous kernel: the first tile is in flight before the wait.
+    w_next = _q4_tile(w_ptrs, r_start, r_end, col_mask, BLOCK_R, EVEN)
+    u_next = w_next
+    if GATE_UP:
+        u_next = _q4_tile(w_ptrs + N, r_start, r_end, col_mask, BLOCK_R, EVEN)
+    _grid_sync(PDL)
+    rstd = 1.0
+    if HAS_NORM:
+        rstd = _rstd(X, K, eps, 512)
+    acc = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32)
+    acc_up = acc
+    for r0 in range(r_start, r_end, BLOCK_R):
+        rows = r0 + tl.arange(0, BLOCK_R)
+        mask = (rows < r_end)[:, None] & col_mask[None, :]
+        w, u = w_next, u_next
+        w_ptrs += BLOCK_R * N_ALL   # the next tile in flight while this one is summed
+        w_next = _q4_tile(w_ptrs, r0 + BLOCK_R, r_end, col_mask, BLOCK_R, EVEN)
+        part, x_sum = _q4_tile_sums(w, rows, X, NORM, rstd, K, HAS_NORM, WDTYPE, MAGIC, EVEN)
+        acc += _q4_group_scaled(part, x_sum, S, Z, rows, cols, mask, N_ALL, GROUP, HAS_ZEROS,
+                                EVEN)
+        if GATE_UP:
+            u_next = _q4_tile(w_ptrs + N, r0 + BLOCK_R, r_end, col_mask, BLOCK_R, EVEN)
+            part, x_sum = _q4_tile_sums(u, rows, X, NORM, rstd, K, True, WDTYPE, MAGIC, EVEN)
+            acc_up += _q4_group_scaled(part, x_sum, S, Z, rows, cols + N, mask, N_ALL, GROUP,
+                                       HAS_ZEROS, EVEN)
+    y = tl.sum(acc, axis=0)
+    if GATE_UP:
+        up = tl.sum(acc_up, axis=0)
+        y = y * tl.sigmoid(y) * up
+    if ACCUMULATE:
+        tl.atomic_add(Y + cols, y, mask=col_mask)
+    else:
+        if HAS_BIAS:
+            y += tl.load(BIAS + cols, mask=col_mask, other=0.0).to(tl.float32)
+        tl.store(Y + cols, y, mask=col_mask)
 
 
 @triton.jit
@@ -476,34 +439,41 @@ def _greedy_finish_kernel(PACKED, TOKEN, POS, PDL: tl.constexpr):
     tl.store(POS, tl.load(POS) + 1)
 
 
-def _operands(w) -> dict:
-    """Return the GEMV kernels' weight arguments for a float weight or a PackedLinear."""
-    # ROW_STRIDE is passed rather than derived from K in the kernel, so the compiler sees its
-    # divisibility and issues 16-byte loads of each row.
-    if isinstance(w, PackedLinear):
-        zeros = w.zeros if w.zeros is not None else w.scales
-        return {'W': w.codes, 'ROW_STRIDE': w.codes.shape[1], 'MAGIC': 0x4B000000,
-                'S': w.scales, 'Z': zeros, 'Q4': True, 'HAS_ZEROS': w.zeros is not None,
-                'GROUP': w.group_size, 'XDTYPE': _TL_DTYPES[w.dtype]}
-    return {'W': w, 'ROW_STRIDE': w.shape[1], 'MAGIC': 0, 'S': w, 'Z': w, 'Q4': False,
-            'HAS_ZEROS': False, 'GROUP': 1, 'XDTYPE': _TL_DTYPES[w.dtype]}
-
-
-def _kind(kind: str, w) -> str:
-    return kind + '_q4' if isinstance(w, PackedLinear) else kind
-
-
 def _matvec(w, x, y, norm_w, bias, eps, kind, accumulate=False, argmax=None):
+    if isinstance(w, PackedLinear):
+        _q4_gemv(w, x, y, norm_w, bias, eps, kind, accumulate)
+        return
     n, k = w.shape
-    cfg = _config(_kind(kind, w), n, k)
+    cfg = _config(kind, n, k)
     split_k = cfg.split_k if accumulate else 1
     _matvec_kernel[(triton.cdiv(n, cfg.block_n), split_k)](
-        X=x, Y=y, NORM=norm_w if norm_w is not None else x, BIAS=bias if bias is not None else y,
-        ARGMAX=argmax if argmax is not None else y, N=n, K=k, eps=eps,
-        HAS_NORM=norm_w is not None, HAS_BIAS=bias is not None, ACCUMULATE=accumulate,
-        HAS_ARGMAX=argmax is not None, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        SPLIT_K=split_k, EVEN=_even(n, k, cfg), ONLINE=NORM_IN_LOOP, num_warps=cfg.num_warps,
-        **_operands(w), **_pdl(x.device))
+        w, x, y, norm_w if norm_w is not None else x, bias if bias is not None else y,
+        argmax if argmax is not None else y, n, k, eps, HAS_NORM=norm_w is not None,
+        HAS_BIAS=bias is not None, ACCUMULATE=accumulate, HAS_ARGMAX=argmax is not None,
+        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=split_k, EVEN=_even(n, k, cfg),
+        num_warps=cfg.num_warps, **_pdl(x.device))
+
+
+_TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
+
+
+def _q4_gemv(w: PackedLinear, x, y, norm_w, bias, eps, kind, accumulate=False):
+    n, k = w.shape
+    gate_up = kind == 'gate_up'
+    if gate_up:
+        n //= 2
+    cfg = _config(kind + '_q4', n, k)
+    split_k = cfg.split_k if accumulate else 1
+    block_r = cfg.block_k // 8    # word rows per tile
+    even = n % cfg.block_n == 0 and (k // 8) % (block_r * split_k) == 0
+    _q4_gemv_kernel[(triton.cdiv(n, cfg.block_n), split_k)](
+        w.codes, w.scales, w.zeros if w.zeros is not None else w.scales, x, y,
+        norm_w if norm_w is not None else x, bias if bias is not None else y, n, k,
+        w.codes.shape[1], eps, 0x4B000000, HAS_NORM=norm_w is not None,
+        HAS_BIAS=bias is not None, ACCUMULATE=accumulate, GATE_UP=gate_up,
+        HAS_ZEROS=w.zeros is not None, GROUP=w.group_size, BLOCK_N=cfg.block_n,
+        BLOCK_R=block_r, SPLIT_K=split_k, EVEN=even, WDTYPE=_TL_DTYPES[w.dtype],
+        num_warps=cfg.num_warps, **_pdl(x.device))
 
 
 def rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w, bias: Optional[torch.Tensor],
@@ -522,16 +492,19 @@ def greedy_head(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, eps: flo
     _greedy_finish_kernel[(1,)](packed, token, pos, num_warps=1, **_pdl(x.device))
 
 
-def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up, eps: float) -> torch.Tensor:
+def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up,
+                     eps: float) -> torch.Tensor:
     """Return silu(gate) * up for [gate; up] = w_gate_up @ rms_norm(x), float32 [I]."""
     n2, k = w_gate_up.shape
     n = n2 // 2
-    cfg = _config(_kind('gate_up', w_gate_up), n, k)
     y = torch.empty(n, device=x.device, dtype=torch.float32)
+    if isinstance(w_gate_up, PackedLinear):
+        _q4_gemv(w_gate_up, x, y, norm_w, None, eps, 'gate_up')
+        return y
+    cfg = _config('gate_up', n, k)
     _gate_up_kernel[(triton.cdiv(n, cfg.block_n),)](
-        X=x, Y=y, NORM=norm_w, N=n, K=k, eps=eps, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        EVEN=_even(n, k, cfg), ONLINE=NORM_IN_LOOP, num_warps=cfg.num_warps,
-        **_operands(w_gate_up), **_pdl(x.device))
+        w_gate_up, x, y, norm_w, n, k, eps, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        EVEN=_even(n, k, cfg), num_warps=cfg.num_warps, **_pdl(x.device))
     return y
 
 
