@@ -96,6 +96,8 @@ def run_family(report, model, chosen, contexts, args, b_peak):
                             W_bytes=roof['W_bytes'], K_bytes=roof['K_bytes'])
             report['cells'].append(cell)
             print(json.dumps({k: v for k, v in cell.items() if k != 'step_ms'}), flush=True)
+            with open(args.out, 'w') as f:   # after every cell: a run cut short keeps its cells
+                json.dump(report, f, indent=1)
     engine = None
     torch.cuda.empty_cache()
 
