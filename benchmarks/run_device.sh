@@ -98,7 +98,7 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
       cat "$STASH/exl2build.log" 2>/dev/null | tail -n 2
       TAIL=30 run q4compare "${COMPARE_LIMIT:-560}" python3 benchmarks/engine_compare.py --skip-check \
         --models synthetic:llama-3.1-8b,synthetic:llama-3.1-8b:gptq \
-        --backends graphed,exllamav2 \
+        --backends "${COMPARE_BACKENDS:-graphed,exllamav2}" \
         --contexts 2048,4096,8192,16384 \
         $([ -f "$STASH/kernel_sweep_q4.json" ] && echo --tuning "$STASH/kernel_sweep_q4.json") \
         --out "$WORK/engine_compare_q4.json";;

@@ -46,7 +46,7 @@ def variants():
                         {'HAS_NORM': norm, 'HAS_BIAS': norm and not gate_up, 'ACCUMULATE': acc,
                          'GATE_UP': gate_up, 'HAS_ZEROS': not even, 'GROUP': 128,
                          'BLOCK_N': 32, 'BLOCK_R': 32, 'SPLIT_K': split, 'EVEN': even,
-                         'WDTYPE': tl.bfloat16, 'PDL': True}))
+                         'WDTYPE': tl.bfloat16, 'HALF2': even, 'PDL': True}))
     out.append((kernels._rope_cache_kernel,
                 {'QKV': F32, 'POS': '*i32', 'COS': F32, 'SIN': F32, 'KC': BF, 'VC': BF,
                  'QOUT': F32, 'num_heads': 'i32', 'kv_heads': 'i32', 'max_context': 'i32'},

@@ -231,23 +231,84 @@ def _nibble_term(words, x, MAGIC, SHIFT: tl.constexpr):
     return value * (x * (1.0 / (1 << SHIFT)))
 
 
+# One word's sum_j (code_j - 8) * x_j in packed half2 arithmetic, as exllamav2 does it: each
+# LOP3 drops nibbles j and j + 4 into the mantissas of two fp16 1024.0s (1024 + code, exact),
+# one subtraction of 1032 per pair, one HFMA2 per pair with (x_j, x_j+4): 2 codes per
+# instruction where the float32 path does 1. The 8 products are summed in fp16 (about 3
+# significant decimal digits), then in float32.
+_HALF2_DOT = tl.constexpr("""
+{
+.reg .b32 c0, c1, c2, c3, s, m, h;
+.reg .f16 lo, hi;
+.reg .f32 flo, fhi;
+mov.b32 m, 0x64086408;
+lop3.b32 c0, $1, 0x000F000F, 0x64006400, 0xEA;
+shr.u32 s, $1, 4;
+lop3.b32 c1, s, 0x000F000F, 0x64006400, 0xEA;
+shr.u32 s, $1, 8;
+lop3.b32 c2, s, 0x000F000F, 0x64006400, 0xEA;
+shr.u32 s, $1, 12;
+lop3.b32 c3, s, 0x000F000F, 0x64006400, 0xEA;
+sub.f16x2 c0, c0, m;
+sub.f16x2 c1, c1, m;
+sub.f16x2 c2, c2, m;
+sub.f16x2 c3, c3, m;
+mul.rn.f16x2 h, c0, $2;
+fma.rn.f16x2 h, c1, $3, h;
+fma.rn.f16x2 h, c2, $4, h;
+fma.rn.f16x2 h, c3, $5, h;
+mov.b32 {lo, hi}, h;
+cvt.f32.f16 flo, lo;
+cvt.f32.f16 fhi, hi;
+add.f32 flo, flo, fhi;
+mov.b32 $0, flo;
+}
+""")
+
+
+@triton.jit
+def _half2(a, b):
+    # (a, b) as the two fp16 halves of one 32-bit word, a in the low half.
+    low = a.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    high = b.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) << 16
+    return low | high
+
+
 @triton.jit
 def _q4_tile_sums(w, x_rows, X, NORM, rstd, K, HAS_NORM: tl.constexpr, WDTYPE: tl.constexpr,
-                  MAGIC, EVEN: tl.constexpr):
+                  MAGIC, HALF2: tl.constexpr, EVEN: tl.constexpr):
     # sum over the 8 nibbles j of (code - 8) * x[8 r + j] for each word (r, n) of a tile, and
-    # sum_j x[8 r + j] per row r (for asymmetric zeros). Nibbles 5-7 come from the word
-    # shifted right by 20, so every masked value stays below 2^23 (see _q4_gemv_kernel).
+    # sum_j x[8 r + j] per row r (for asymmetric zeros). Float32 path: nibbles 5-7 come from
+    # the word shifted right by 20, so every masked value stays below 2^23 (see
+    # _q4_gemv_kernel). HALF2: _HALF2_DOT.
     part = tl.zeros(w.shape, dtype=tl.float32)
     x_sum = tl.zeros(x_rows.shape, dtype=tl.float32)
-    high = w >> 20
-    for j in tl.static_range(8):
-        cols = x_rows * 8 + j
-        x = _input(X, NORM, cols, cols < K, rstd, HAS_NORM, WDTYPE, EVEN)
-        x_sum += x
-        if j < 5:
-            part += _nibble_term(w, x[:, None], MAGIC, 4 * j)
-        else:
-            part += _nibble_term(high, x[:, None], MAGIC, 4 * (j - 5))
+    if HALF2:
+        base = x_rows * 8
+        x0 = _input(X, NORM, base, base < K, rstd, HAS_NORM, WDTYPE, EVEN)
+        x1 = _input(X, NORM, base + 1, base < K, rstd, HAS_NORM, WDTYPE, EVEN)
+        x2 = _input(X, NORM, base + 2, base < K, rstd, HAS_NORM, WDTYPE, EVEN)
+        x3 = _input(X, NORM, base + 3, base < K, rstd, HAS_NORM, WDTYPE, EVEN)
+        x4 = _input(X, NORM, base + 4, base < K, rstd, HAS_NORM, WDTYPE, EVEN)
+        x5 = _input(X, NORM, base + 5, base < K, rstd, HAS_NORM, WDTYPE, EVEN)
+        x6 = _input(X, NORM, base + 6, base < K, rstd, HAS_NORM, WDTYPE, EVEN)
+        x7 = _input(X, NORM, base + 7, base < K, rstd, HAS_NORM, WDTYPE, EVEN)
+        x_sum = ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7))
+        bits = tl.inline_asm_elementwise(
+            _HALF2_DOT, '=r,r,r,r,r,r',
+            [w, _half2(x0, x4)[:, None], _half2(x1, x5)[:, None], _half2(x2, x6)[:, None],
+             _half2(x3, x7)[:, None]], dtype=tl.int32, is_pure=True, pack=1)
+        part = bits.to(tl.float32, bitcast=True)
+    else:
+        high = w >> 20
+        for j in tl.static_range(8):
+            cols = x_rows * 8 + j
+            x = _input(X, NORM, cols, cols < K, rstd, HAS_NORM, WDTYPE, EVEN)
+            x_sum += x
+            if j < 5:
+                part += _nibble_term(w, x[:, None], MAGIC, 4 * j)
+            else:
+                part += _nibble_term(high, x[:, None], MAGIC, 4 * (j - 5))
     return part, x_sum
 
 
@@ -277,7 +338,8 @@ def _q4_gemv_kernel(QW, S, Z, X, Y, NORM, BIAS, N, K, N_ALL, eps, MAGIC,
                     HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, ACCUMULATE: tl.constexpr,
                     GATE_UP: tl.constexpr, HAS_ZEROS: tl.constexpr, GROUP: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr, SPLIT_K: tl.constexpr,
-                    EVEN: tl.constexpr, WDTYPE: tl.constexpr, PDL: tl.constexpr):
+                    EVEN: tl.constexpr, WDTYPE: tl.constexpr, HALF2: tl.constexpr,
+                    PDL: tl.constexpr):
     # y = W x for a GPTQ linear, read in GPTQ's own layout: codes [K / 8, N_ALL] (8 inputs of
     # one output per word), scales and zeros [K / GROUP, N_ALL]. A program owns BLOCK_N
     # outputs (columns) and walks down the words BLOCK_R rows at a time; the inputs of a row
@@ -313,12 +375,14 @@ def _q4_gemv_kernel(QW, S, Z, X, Y, NORM, BIAS, N, K, N_ALL, eps, MAGIC,
         w, u = w_next, u_next
         w_ptrs += BLOCK_R * N_ALL   # the next tile in flight while this one is summed
         w_next = _q4_tile(w_ptrs, r0 + BLOCK_R, r_end, col_mask, BLOCK_R, EVEN)
-        part, x_sum = _q4_tile_sums(w, rows, X, NORM, rstd, K, HAS_NORM, WDTYPE, MAGIC, EVEN)
+        part, x_sum = _q4_tile_sums(w, rows, X, NORM, rstd, K, HAS_NORM, WDTYPE, MAGIC, HALF2,
+                                    EVEN)
         acc += _q4_group_scaled(part, x_sum, S, Z, rows, cols, mask, N_ALL, GROUP, HAS_ZEROS,
                                 EVEN)
         if GATE_UP:
             u_next = _q4_tile(w_ptrs + N, r0 + BLOCK_R, r_end, col_mask, BLOCK_R, EVEN)
-            part, x_sum = _q4_tile_sums(u, rows, X, NORM, rstd, K, True, WDTYPE, MAGIC, EVEN)
+            part, x_sum = _q4_tile_sums(u, rows, X, NORM, rstd, K, True, WDTYPE, MAGIC, HALF2,
+                                        EVEN)
             acc_up += _q4_group_scaled(part, x_sum, S, Z, rows, cols + N, mask, N_ALL, GROUP,
                                        HAS_ZEROS, EVEN)
     y = tl.sum(acc, axis=0)
@@ -454,6 +518,9 @@ def _matvec(w, x, y, norm_w, bias, eps, kind, accumulate=False, argmax=None):
         num_warps=cfg.num_warps, **_pdl(x.device))
 
 
+# 4-bit GEMVs of 16-bit models in packed fp16 arithmetic (_HALF2_DOT), else float32 (exact
+# products, one code per instruction).
+HALF2 = True
 _TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
 
 
@@ -473,7 +540,12 @@ def _q4_gemv(w: PackedLinear, x, y, norm_w, bias, eps, kind, accumulate=False):
         HAS_BIAS=bias is not None, ACCUMULATE=accumulate, GATE_UP=gate_up,
         HAS_ZEROS=w.zeros is not None, GROUP=w.group_size, BLOCK_N=cfg.block_n,
         BLOCK_R=block_r, SPLIT_K=split_k, EVEN=even, WDTYPE=_TL_DTYPES[w.dtype],
-        num_warps=cfg.num_warps, **_pdl(x.device))
+        HALF2=_half2_path(w.dtype, x.device), num_warps=cfg.num_warps, **_pdl(x.device))
+
+
+def _half2_path(dtype: torch.dtype, device: torch.device) -> bool:
+    """Packed fp16 arithmetic for 16-bit models on a GPU; float32 models keep float32 sums."""
+    return HALF2 and not INTERPRET and device.type == 'cuda' and dtype != torch.float32
 
 
 def rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w, bias: Optional[torch.Tensor],
