@@ -61,19 +61,22 @@ class Dense:
 @dataclass(frozen=True)
 class Gptq4:
     """
-    4-bit linears in groups of group_size inputs; embeddings, head, norms, biases in 16 bits.
+    4-bit linears in groups of group_size inputs; the other tensors other_bytes per element.
 
     A linear [N, K] is K N / 2 bytes of codes, one fp16 scale per group and output, and
     zero_bytes per group and output: 0.5 as GPTQ stores them (exllamav2 reads those), 1 for
     our kernels' uint8 zeros, 0 where the checkpoint is symmetric and the kernels read none.
+    Embeddings, head, norms and biases are fp16 in the checkpoint (2 bytes); our engine holds
+    them in the model dtype.
     """
 
     group_size: int
     zero_bytes: float
+    other_bytes: float = 2.0
 
     def tensor_bytes(self, tensor: WeightTensor, rows: int) -> float:
         if tensor.kind != 'linear':
-            return rows * tensor.cols * 2.0
+            return rows * tensor.cols * self.other_bytes
         groups = rows * tensor.cols / self.group_size
         return rows * tensor.cols / 2 + groups * (2.0 + self.zero_bytes)
 
@@ -202,7 +205,8 @@ def decoder_accounting(decoder) -> ByteAccounting:
     weights = getattr(decoder, 'weights', None)
     if weights is not None and weights.group_size:
         packed = weights.layers[0].wqkv
-        return Gptq4(weights.group_size, 0.0 if packed.zeros is None else 1.0)
+        return Gptq4(weights.group_size, 0.0 if packed.zeros is None else 1.0,
+                     DTYPE_BYTES[decoder.info.dtype])
     group_size = getattr(decoder, 'group_size', None)
     if group_size:
         return Gptq4(group_size, 0.5)

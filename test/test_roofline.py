@@ -164,3 +164,34 @@ def test_live_floor_of_the_embedded_decoder(embedded_engine):
     assert values['B_peak_source'] == 'measured'
     empty = live.values(0, float('nan'))
     assert empty['t_floor_ms'] != empty['t_floor_ms']   # NaN before any context
+
+
+def test_gptq_accounting_matches_the_checkpoint_and_what_our_kernels_read(tmp_path):
+    from physinf_ros.engine import gptq
+    from physinf_ros.engine.base import DecoderInfo
+    from physinf_ros.engine.llama import load_hf_dir
+    from physinf_ros.engine.native import NativeDecoder
+    from physinf_ros.roofline import decoder_floor, Gptq4
+    from tiny_models import save_tiny_gptq
+    config = ModelConfig.from_hf(synthetic_config('llama-3.1-8b'))
+    # As stored (zeros packed 8 to a word): exactly the checkpoint's own byte count.
+    w, w_all = gptq.weight_bytes(config, gptq.GptqSpec(128))
+    assert weight_bytes_per_step(config, Gptq4(128, 0.5)) == w == 4_677_189_632
+    assert weight_bytes_all(config, Gptq4(128, 0.5)) == w_all
+    # Our kernels read no zeros for a symmetric checkpoint: 0.5 B less per group of 128.
+    linears = 6_979_584_000 - 32 * 2 * 4096   # the per-layer norms are not linears
+    assert w - weight_bytes_per_step(config, Gptq4(128, 0.0)) == linears // 128 * 0.5
+    # A loaded 4-bit decoder prices itself so.
+    gptq_dir, _ = save_tiny_gptq('llama-3.1-8b', tmp_path)
+    cpu = torch.device('cpu')
+    decoder = NativeDecoder(load_hf_dir(gptq_dir, cpu, torch.float32, packed=True),
+                            DecoderInfo('eager', 'cpu', 'float32', 'tiny', 64), cpu,
+                            graphed=False)
+    floor = decoder_floor(decoder, 100.0)
+    assert floor.accounting == Gptq4(32, 0.0, 4)   # float32 norms, embeddings and head
+    tiny = decoder.weights
+    read = sum(t.nbytes for layer in tiny.layers
+               for t in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down))
+    norms = 2 * tiny.config.num_layers * tiny.config.hidden_size + tiny.config.hidden_size
+    head = tiny.lm_head.numel() + tiny.config.hidden_size   # lm_head and one embedding row
+    assert floor.weight_bytes == read + 4 * (norms + head)
