@@ -111,12 +111,22 @@ def main(argv=None):
     parser.add_argument('--warmup', type=int, default=5)
     parser.add_argument('--steps', type=int, default=30)
     parser.add_argument('--tuning', help='kernel_sweep.py output to apply before timing')
+    parser.add_argument('--kernel-flag', action='append', default=[], metavar='NAME=0|1',
+                        help='set a switch of physinf_ros.engine.kernels for an A/B '
+                             '(e.g. ROPE_IN_SPLIT=0)')
     parser.add_argument('--skip-check', action='store_true')
     parser.add_argument('--out', required=True)
     args = parser.parse_args(argv)
     if args.tuning:   # the sweep's shapes win over config/kernels.yaml's
         kernels.load_tuning(torch.device('cuda'))
         kernels.apply_tuning(json.load(open(args.tuning))['tuning'])
+    flags = {}
+    for flag in args.kernel_flag:
+        name, value = flag.split('=')
+        if not isinstance(getattr(kernels, name, None), bool):
+            parser.error(f'{name} is not a switch of physinf_ros.engine.kernels')
+        flags[name] = value == '1'
+        setattr(kernels, name, flags[name])
     target = detect(torch.device('cuda'))
     contexts = [int(c) for c in args.contexts.split(',')]
     backends = args.backends.split(',')
@@ -124,7 +134,7 @@ def main(argv=None):
               'b_peak_gbps': target.bandwidth_gbs, 'torch': torch.__version__,
               'transformers': transformers.__version__, 'triton': triton.__version__,
               'python': platform.python_version(), 'warmup': args.warmup, 'steps': args.steps,
-              'tuning': args.tuning, 'cells': []}
+              'tuning': args.tuning, 'kernel_flags': flags, 'cells': []}
     models = args.models.split(',')
     if not args.skip_check:
         report['check'] = check(models[0])

@@ -48,11 +48,11 @@ def gemv_cases(c: ModelConfig):
 
 CANDIDATES = {
     'rms_matvec': [GemvConfig(bn, bk, 1, w) for bn, bk, w in
-                   itertools.product((8, 16, 32), (256, 512, 1024), (4, 8))],
+                   itertools.product((2, 4, 8, 16, 32), (256, 512, 1024), (4, 8))],
     'gate_up': [GemvConfig(bn, bk, 1, w) for bn, bk, w in
                 itertools.product((4, 8, 16), (256, 512, 1024), (4, 8))],
     'matvec_add': [GemvConfig(bn, bk, s, w) for bn, bk, s, w in
-                   itertools.product((8, 16, 32), (512, 1024), (1, 2, 4), (4, 8))],
+                   itertools.product((4, 8, 16, 32), (512, 1024), (1, 2, 4), (4, 8))],
     # 4-bit codes: block_k inputs (block_k / 8 rows of GPTQ words) by block_n outputs.
     'rms_matvec_q4': [GemvConfig(bn, bk, 1, w) for bn, bk, w in
                       itertools.product((16, 32, 64), (128, 256, 512), (4, 8))],

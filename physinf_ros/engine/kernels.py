@@ -62,6 +62,8 @@ DEFAULT = {'rms_matvec': GemvConfig(8, 512, 1, 4), 'gate_up': GemvConfig(8, 256,
            # 4-bit GEMVs tile [block_k inputs, block_n outputs] of GPTQ's [K / 8, N] codes.
            'rms_matvec_q4': GemvConfig(32, 256, 1, 4), 'gate_up_q4': GemvConfig(32, 256, 1, 4),
            'matvec_add_q4': GemvConfig(64, 256, 4, 4)}
+# RoPE and the cache write inside the attention split kernel (True), or their own kernel first.
+ROPE_IN_SPLIT = True
 # Attention launch shape: at most SPLITS programs per kv head, each over >= MIN_CHUNK keys.
 ATTENTION = {'splits': 32, 'min_chunk': 128, 'block_t': 64, 'num_warps': 4}
 
@@ -434,10 +436,31 @@ def _chunk(length, SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, BLOCK_T: tl.co
 
 
 @triton.jit
-def _attn_split_kernel(Q, KC, VC, POS, MAXS, SUMS, ACCS, max_context, scale, group,
-                       D: tl.constexpr, GROUP_P: tl.constexpr, BLOCK_T: tl.constexpr,
-                       SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, DOT: tl.constexpr,
-                       PRECISION: tl.constexpr, PDL: tl.constexpr):
+def _rotated(X, rows, row_mask, pos, COS, SIN, D: tl.constexpr, DTYPE: tl.constexpr):
+    # RoPE (rotate-half pairs d, d + D/2) of the D-vectors at X + rows * D, for position pos;
+    # inputs rounded to the cache dtype first, as transformers rounds q and k.
+    d = tl.arange(0, D)
+    half = d % (D // 2)
+    x = tl.load(X + rows[:, None] * D + d[None, :], mask=row_mask[:, None], other=0.0)
+    partner = tl.load(X + rows[:, None] * D + ((d + D // 2) % D)[None, :],
+                      mask=row_mask[:, None], other=0.0)
+    x = x.to(DTYPE).to(tl.float32)
+    partner = partner.to(DTYPE).to(tl.float32)
+    cos = tl.load(COS + pos * (D // 2) + half)[None, :]
+    sin = tl.load(SIN + pos * (D // 2) + half)[None, :]
+    sign = tl.where(d < D // 2, -1.0, 1.0)[None, :]
+    return x * cos + sign * partner * sin
+
+
+@triton.jit
+def _attn_split_kernel(Q, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, max_context, scale, group,
+                       num_heads, kv_heads, D: tl.constexpr, GROUP_P: tl.constexpr,
+                       BLOCK_T: tl.constexpr, SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr,
+                       DOT: tl.constexpr, PRECISION: tl.constexpr, ROPE: tl.constexpr,
+                       PDL: tl.constexpr):
+    # ROPE: Q is the QKV GEMV's output; each program rotates its group's queries, and the
+    # split that holds the new position rotates its key and stores key and value in the
+    # cache first (one kernel fewer per layer than rope_and_cache + this).
     _grid_sync(PDL)   # in every program, also those with no keys: the chain of waits must hold
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
@@ -449,8 +472,23 @@ def _attn_split_kernel(Q, KC, VC, POS, MAXS, SUMS, ACCS, max_context, scale, gro
         g = tl.arange(0, GROUP_P)
         d = tl.arange(0, D)
         g_mask = g < group
-        q = tl.load(Q + (kv_head * group + g)[:, None] * D + d[None, :], mask=g_mask[:, None],
-                    other=0.0).to(DOT)
+        if ROPE:
+            pos = length - 1
+            q = _rotated(Q, kv_head * group + g, g_mask, pos, COS, SIN, D,
+                         KC.dtype.element_ty).to(DOT)
+            if end == length:
+                slot = (kv_head.to(tl.int64) * max_context + pos) * D
+                first = g < 1   # the key is one row: rotate it in the queries' tile shape
+                k_new = _rotated(Q, num_heads + kv_head + g * 0, first, pos, COS, SIN, D,
+                                 KC.dtype.element_ty)
+                tl.store(KC + slot + g[:, None] * 0 + d[None, :], k_new.to(KC.dtype.element_ty),
+                         mask=first[:, None])
+                v_new = tl.load(Q + (num_heads + kv_heads + kv_head) * D + d)
+                tl.store(VC + slot + d, v_new.to(VC.dtype.element_ty))
+                tl.debug_barrier()   # the stores are visible to the whole program's loads
+        else:
+            q = tl.load(Q + (kv_head * group + g)[:, None] * D + d[None, :],
+                        mask=g_mask[:, None], other=0.0).to(DOT)
         base = kv_head.to(tl.int64) * max_context * D
         m_i = tl.full([GROUP_P], float('-inf'), dtype=tl.float32)
         l_i = tl.zeros([GROUP_P], dtype=tl.float32)
@@ -599,8 +637,21 @@ def rope_and_cache(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                      pos: torch.Tensor) -> torch.Tensor:
     """Attend q [Hq, D] over cache positions 0..pos with GQA; return float32 [Hq * D]."""
+    return _attention(q, k_cache, v_cache, pos, q.shape[0], None, None, rope=False)
+
+
+def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                   k_cache: torch.Tensor, v_cache: torch.Tensor,
+                   num_heads: int) -> torch.Tensor:
+    """rope_and_cache then decode_attention: RoPE inside the attention kernel (ROPE_IN_SPLIT)."""
+    if not ROPE_IN_SPLIT:
+        q = rope_and_cache(qkv, pos, cos, sin, k_cache, v_cache, num_heads)
+        return decode_attention(q, k_cache, v_cache, pos)
+    return _attention(qkv, k_cache, v_cache, pos, num_heads, cos, sin, rope=True)
+
+
+def _attention(q, k_cache, v_cache, pos, heads, cos, sin, rope):
     kv_heads, max_context, dim = k_cache.shape
-    heads = q.shape[0]
     group = heads // kv_heads
     group_p = max(16, triton.next_power_of_2(group))   # tl.dot needs 16 rows
     splits, min_chunk = ATTENTION['splits'], ATTENTION['min_chunk']
@@ -616,9 +667,10 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     precision = 'ieee' if dot == tl.float32 else 'tf32'  # ignored for 16-bit operands
     pdl = _pdl(q.device)
     _attn_split_kernel[(kv_heads, splits)](
-        q, k_cache, v_cache, pos, maxs, sums, accs, max_context, dim ** -0.5, group, D=dim,
+        q, k_cache, v_cache, pos, maxs, sums, accs, cos if rope else maxs,
+        sin if rope else maxs, max_context, dim ** -0.5, group, heads, kv_heads, D=dim,
         GROUP_P=group_p, BLOCK_T=block_t, SPLITS=splits, MIN_CHUNK=min_chunk, DOT=dot,
-        PRECISION=precision, num_warps=ATTENTION['num_warps'], **pdl)
+        PRECISION=precision, ROPE=rope, num_warps=ATTENTION['num_warps'], **pdl)
     out = torch.empty(heads, dim, device=q.device, dtype=torch.float32)
     _attn_reduce_kernel[(heads,)](
         pos, maxs, sums, accs, out, group, D=dim, GROUP_P=group_p, BLOCK_T=block_t,

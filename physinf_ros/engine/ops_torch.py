@@ -71,3 +71,11 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     scores = torch.matmul(qg, k.transpose(1, 2)).float() / dim ** 0.5   # [KVH, G, T]
     probs = torch.softmax(scores, dim=-1).to(v.dtype)
     return torch.matmul(probs, v).float().reshape(-1)
+
+
+def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                   k_cache: torch.Tensor, v_cache: torch.Tensor,
+                   num_heads: int) -> torch.Tensor:
+    """rope_and_cache then decode_attention: return float32 [Hq * D]."""
+    q = rope_and_cache(qkv, pos, cos, sin, k_cache, v_cache, num_heads)
+    return decode_attention(q, k_cache, v_cache, pos)
