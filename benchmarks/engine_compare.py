@@ -113,7 +113,7 @@ def main(argv=None):
     parser.add_argument('--tuning', help='kernel_sweep.py output to apply before timing')
     parser.add_argument('--kernel-flag', action='append', default=[], metavar='NAME=0|1',
                         help='set a switch of physinf_ros.engine.kernels for an A/B '
-                             '(e.g. ROPE_IN_SPLIT=0)')
+                             '(e.g. HALF2=0: 4-bit GEMVs in float32 arithmetic)')
     parser.add_argument('--skip-check', action='store_true')
     parser.add_argument('--out', required=True)
     args = parser.parse_args(argv)

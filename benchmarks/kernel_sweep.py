@@ -18,7 +18,7 @@ import time
 from physinf_ros.engine import kernels, ops_torch
 from physinf_ros.engine.gptq import PackedLinear
 from physinf_ros.engine.kernels import GemvConfig
-from physinf_ros.engine.llama import ModelConfig
+from physinf_ros.engine.llama import ModelConfig, rope_tables
 from physinf_ros.engine.models import resolve
 import torch
 import triton
@@ -136,14 +136,15 @@ def sweep_gemv(kind, n, k, copies, device, dtype):
 
 
 def sweep_attention(c: ModelConfig, contexts, device, dtype):
-    """Time decode attention per layer over every split/chunk/tile choice at each context."""
+    """Time attention (RoPE, cache write, splits, merge) per layer for each shape and ctx."""
     out = []
     layers = 8  # rotate over caches larger than L2
     max_context = max(contexts)
     shape = (layers, c.num_kv_heads, max_context, c.head_dim)
     k_cache = torch.randn(shape, device=device).to(dtype)
     v_cache = torch.randn(shape, device=device).to(dtype)
-    q = torch.randn(c.num_heads, c.head_dim, device=device)
+    qkv = torch.randn((c.num_heads + 2 * c.num_kv_heads) * c.head_dim, device=device)
+    cos, sin = rope_tables(c, max_context, device)
     saved = dict(kernels.ATTENTION)
     for ctx in contexts:
         pos = torch.tensor([ctx - 1], dtype=torch.int32, device=device)
@@ -153,7 +154,8 @@ def sweep_attention(c: ModelConfig, contexts, device, dtype):
                                                             (32, 64)):
             kernels.ATTENTION.update(splits=splits, min_chunk=min_chunk, block_t=block_t)
             try:
-                ms = timed(lambda: [kernels.decode_attention(q, k_cache[i], v_cache[i], pos)
+                ms = timed(lambda: [kernels.rope_attention(qkv, pos, cos, sin, k_cache[i],
+                                                           v_cache[i], c.num_heads)
                                     for i in range(layers)]) / layers
             except Exception as exc:  # noqa: B902 - record and go on
                 rows.append({'splits': splits, 'min_chunk': min_chunk, 'block_t': block_t,

@@ -13,7 +13,6 @@
 #              it outlives this call; the next call on the same machine finds it built)
 #   q4sweep    launch-shape sweep of the 4-bit GEMVs only, kept on the machine for q4compare
 #   bf16sweep  sweep of the bf16 norm+GEMV and residual GEMV shapes only (wider block_n range)
-#   ropeab     issue 3: graphed bf16 with RoPE in its own kernel (0) or in the attention kernel (1)
 #   q4compare  issue 5's comparison: synthetic Llama-3.1-8B bf16 graphed, and GPTQ 4-bit graphed
 #              vs exllamav2, contexts 2048-16384, R_floor for each
 # Logs and results go to $OUT/work and come back as $OUT/results.tgz (the device tool returns
@@ -108,13 +107,6 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
       run bf16sweep "${SWEEP_LIMIT:-300}" python3 benchmarks/kernel_sweep.py --skip-attention \
         --kinds rms_matvec,matvec_add --out "$WORK/kernel_sweep_bf16.json"
       cp "$WORK/kernel_sweep_bf16.json" "$STASH/" 2>/dev/null;;
-    ropeab)
-      for rope in 0 1; do
-        TAIL=8 run ropeab_$rope 200 python3 benchmarks/engine_compare.py --skip-check \
-          --backends graphed --contexts 2048,8192,16384 --kernel-flag ROPE_IN_SPLIT=$rope \
-          $([ -f "$STASH/kernel_sweep_bf16.json" ] && echo --tuning "$STASH/kernel_sweep_bf16.json") \
-          --out "$WORK/engine_compare_rope$rope.json"
-      done;;
     *) echo "unknown stage $stage";;
   esac
 done

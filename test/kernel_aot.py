@@ -47,18 +47,13 @@ def variants():
                          'GATE_UP': gate_up, 'HAS_ZEROS': not even, 'GROUP': 128,
                          'BLOCK_N': 32, 'BLOCK_R': 32, 'SPLIT_K': split, 'EVEN': even,
                          'WDTYPE': tl.bfloat16, 'HALF2': even, 'PDL': True}))
-    out.append((kernels._rope_cache_kernel,
-                {'QKV': F32, 'POS': '*i32', 'COS': F32, 'SIN': F32, 'KC': BF, 'VC': BF,
-                 'QOUT': F32, 'num_heads': 'i32', 'kv_heads': 'i32', 'max_context': 'i32'},
-                {'HALF': 64, 'PDL': True}))
     attention = {'D': 128, 'GROUP_P': 16, 'BLOCK_T': 64, 'SPLITS': 32, 'MIN_CHUNK': 128,
                  'PDL': True}
-    for rope in (False, True):
-        out.append((kernels._attn_split_kernel,
-                    {'Q': F32, 'KC': BF, 'VC': BF, 'POS': '*i32', 'MAXS': F32, 'SUMS': F32,
-                     'ACCS': F32, 'COS': F32, 'SIN': F32, 'max_context': 'i32', 'scale': 'fp32',
-                     'group': 'i32', 'num_heads': 'i32', 'kv_heads': 'i32'},
-                    {**attention, 'DOT': tl.bfloat16, 'PRECISION': 'tf32', 'ROPE': rope}))
+    out.append((kernels._attn_split_kernel,
+                {'QKV': F32, 'KC': BF, 'VC': BF, 'POS': '*i32', 'MAXS': F32, 'SUMS': F32,
+                 'ACCS': F32, 'COS': F32, 'SIN': F32, 'max_context': 'i32', 'scale': 'fp32',
+                 'group': 'i32', 'num_heads': 'i32', 'kv_heads': 'i32'},
+                {**attention, 'DOT': tl.bfloat16, 'PRECISION': 'tf32'}))
     out.append((kernels._attn_reduce_kernel,
                 {'POS': '*i32', 'MAXS': F32, 'SUMS': F32, 'ACCS': F32, 'OUT': F32,
                  'group': 'i32'}, attention))

@@ -56,38 +56,10 @@ def test_rope_cache_and_attention(dtype, heads, kv_heads):
     config = ModelConfig('llama', 10, heads * dim, 8, 1, heads, kv_heads, dim, 1e-5, 10000.0)
     cos, sin = rope_tables(config, max_context, DEVICE)
     caches = [KVCache.allocate(config, max_context, DEVICE, dtype) for _ in range(2)]
-    for cache in caches:  # a filled history, identical in both
-        cache.k.copy_(rand(*cache.k.shape, dtype=dtype))
-        cache.v.copy_(rand(*cache.v.shape, dtype=dtype))
-    caches[1].k.copy_(caches[0].k)
-    caches[1].v.copy_(caches[0].v)
-    for length in (1, 17, 250):   # one split, a few, many
-        pos = torch.tensor([length - 1], dtype=torch.int32, device=DEVICE)
-        qkv = rand((heads + 2 * kv_heads) * dim)
-        q_ref = ops_torch.rope_and_cache(qkv, pos, cos, sin, caches[0].k[0], caches[0].v[0],
-                                         heads)
-        q = kernels.rope_and_cache(qkv, pos, cos, sin, caches[1].k[0], caches[1].v[0], heads)
-        # bf16: Triton's interpreter rounds to bf16 by truncation, torch to nearest: one ulp.
-        assert rel(q, q_ref) < TOL[dtype] / 3
-        assert rel(caches[1].k, caches[0].k) < TOL[dtype] / 3
-        assert rel(caches[1].v, caches[0].v) < TOL[dtype] / 3
-        out = kernels.decode_attention(q, caches[1].k[0], caches[1].v[0], pos)
-        ref = ops_torch.decode_attention(q, caches[0].k[0], caches[0].v[0], pos)
-        assert rel(out, ref) < TOL[dtype]
-
-
-@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize('heads, kv_heads', [(4, 2), (9, 3), (7, 1)])
-def test_rope_inside_the_attention_kernel(dtype, heads, kv_heads):
-    dim, max_context = 32, 300
-    config = ModelConfig('llama', 10, heads * dim, 8, 1, heads, kv_heads, dim, 1e-5, 10000.0)
-    cos, sin = rope_tables(config, max_context, DEVICE)
-    caches = [KVCache.allocate(config, max_context, DEVICE, dtype) for _ in range(2)]
     caches[0].k.copy_(rand(*caches[0].k.shape, dtype=dtype))
     caches[0].v.copy_(rand(*caches[0].v.shape, dtype=dtype))
     caches[1].k.copy_(caches[0].k)
     caches[1].v.copy_(caches[0].v)
-    assert kernels.ROPE_IN_SPLIT
     for length in (1, 17, 250):   # the new key in the only split, a middle one, the last
         pos = torch.tensor([length - 1], dtype=torch.int32, device=DEVICE)
         qkv = rand((heads + 2 * kv_heads) * dim)
@@ -95,6 +67,7 @@ def test_rope_inside_the_attention_kernel(dtype, heads, kv_heads):
                                        heads)
         out = kernels.rope_attention(qkv, pos, cos, sin, caches[1].k[0], caches[1].v[0], heads)
         assert rel(out, ref) < TOL[dtype]
+        # bf16: Triton's interpreter rounds to bf16 by truncation, torch to nearest: one ulp.
         assert rel(caches[1].k, caches[0].k) < TOL[dtype] / 3
         assert rel(caches[1].v, caches[0].v) < TOL[dtype] / 3
 

@@ -7,8 +7,8 @@ step has few launches:
   rms_matvec        RMSNorm prologue + GEMV (+ bias): QKV and the lm_head
   rms_gate_up_silu  RMSNorm prologue + gate and up GEMVs + SiLU(gate) * up epilogue
   matvec_add        split-K GEMV accumulated atomically into the float32 residual
-  rope_and_cache    RoPE on q and k, k and v stored into the static cache at `pos`
-  decode_attention  split-K GQA attention over the filled cache (flash-decoding), + reduce
+  rope_attention    split-K GQA attention over the filled cache (flash-decoding), + reduce;
+                    the split kernel also applies RoPE and stores this token's k and v at `pos`
   greedy_head       final RMSNorm + lm_head GEMV with the argmax folded into its epilogue
 GPTQ 4-bit linears (PackedLinear) take the same roles through _q4_gemv_kernel, which reads
 GPTQ's own layout. `pos` is read on the device, so one captured graph serves every position.
@@ -62,8 +62,6 @@ DEFAULT = {'rms_matvec': GemvConfig(8, 512, 1, 4), 'gate_up': GemvConfig(8, 256,
            # 4-bit GEMVs tile [block_k inputs, block_n outputs] of GPTQ's [K / 8, N] codes.
            'rms_matvec_q4': GemvConfig(32, 256, 1, 4), 'gate_up_q4': GemvConfig(32, 256, 1, 4),
            'matvec_add_q4': GemvConfig(64, 256, 4, 4)}
-# RoPE and the cache write inside the attention split kernel (True), or their own kernel first.
-ROPE_IN_SPLIT = True
 # Attention launch shape: at most SPLITS programs per kv head, each over >= MIN_CHUNK keys.
 ATTENTION = {'splits': 32, 'min_chunk': 128, 'block_t': 64, 'num_warps': 4}
 
@@ -400,34 +398,6 @@ def _q4_gemv_kernel(QW, S, Z, X, Y, NORM, BIAS, N, K, N_ALL, eps, MAGIC,
 
 
 @triton.jit
-def _rope_cache_kernel(QKV, POS, COS, SIN, KC, VC, QOUT, num_heads, kv_heads, max_context,
-                       HALF: tl.constexpr, PDL: tl.constexpr):
-    _grid_sync(PDL)
-    head = tl.program_id(0)
-    pos = tl.load(POS).to(tl.int64)
-    d = tl.arange(0, HALF)
-    cos = tl.load(COS + pos * HALF + d)
-    sin = tl.load(SIN + pos * HALF + d)
-    dtype = KC.dtype.element_ty
-    # q and k come out of the QKV GEMV in the model dtype in transformers: round the same way.
-    x1 = tl.load(QKV + head * 2 * HALF + d).to(dtype).to(tl.float32)
-    x2 = tl.load(QKV + head * 2 * HALF + HALF + d).to(dtype).to(tl.float32)
-    r1 = x1 * cos - x2 * sin
-    r2 = x2 * cos + x1 * sin
-    if head < num_heads:
-        tl.store(QOUT + head * 2 * HALF + d, r1)
-        tl.store(QOUT + head * 2 * HALF + HALF + d, r2)
-    else:
-        kv_head = head - num_heads
-        slot = (kv_head * max_context + pos) * 2 * HALF
-        tl.store(KC + slot + d, r1.to(dtype))
-        tl.store(KC + slot + HALF + d, r2.to(dtype))
-        v = QKV + (num_heads + kv_heads + kv_head) * 2 * HALF
-        tl.store(VC + slot + d, tl.load(v + d).to(dtype))
-        tl.store(VC + slot + HALF + d, tl.load(v + HALF + d).to(dtype))
-
-
-@triton.jit
 def _chunk(length, SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, BLOCK_T: tl.constexpr):
     # Keys per split: spread over SPLITS programs, but never under MIN_CHUNK, so short contexts
     # use few splits and long ones all of them.
@@ -453,14 +423,13 @@ def _rotated(X, rows, row_mask, pos, COS, SIN, D: tl.constexpr, DTYPE: tl.conste
 
 
 @triton.jit
-def _attn_split_kernel(Q, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, max_context, scale, group,
-                       num_heads, kv_heads, D: tl.constexpr, GROUP_P: tl.constexpr,
+def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, max_context, scale,
+                       group, num_heads, kv_heads, D: tl.constexpr, GROUP_P: tl.constexpr,
                        BLOCK_T: tl.constexpr, SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr,
-                       DOT: tl.constexpr, PRECISION: tl.constexpr, ROPE: tl.constexpr,
-                       PDL: tl.constexpr):
-    # ROPE: Q is the QKV GEMV's output; each program rotates its group's queries, and the
-    # split that holds the new position rotates its key and stores key and value in the
-    # cache first (one kernel fewer per layer than rope_and_cache + this).
+                       DOT: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
+    # Each program rotates its group's queries itself, and the split that holds the new
+    # position rotates its key and stores key and value in the cache before it reads: RoPE
+    # and the cache write cost no kernel of their own.
     _grid_sync(PDL)   # in every program, also those with no keys: the chain of waits must hold
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
@@ -472,23 +441,19 @@ def _attn_split_kernel(Q, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, max_context, 
         g = tl.arange(0, GROUP_P)
         d = tl.arange(0, D)
         g_mask = g < group
-        if ROPE:
-            pos = length - 1
-            q = _rotated(Q, kv_head * group + g, g_mask, pos, COS, SIN, D,
-                         KC.dtype.element_ty).to(DOT)
-            if end == length:
-                slot = (kv_head.to(tl.int64) * max_context + pos) * D
-                first = g < 1   # the key is one row: rotate it in the queries' tile shape
-                k_new = _rotated(Q, num_heads + kv_head + g * 0, first, pos, COS, SIN, D,
-                                 KC.dtype.element_ty)
-                tl.store(KC + slot + g[:, None] * 0 + d[None, :], k_new.to(KC.dtype.element_ty),
-                         mask=first[:, None])
-                v_new = tl.load(Q + (num_heads + kv_heads + kv_head) * D + d)
-                tl.store(VC + slot + d, v_new.to(VC.dtype.element_ty))
-                tl.debug_barrier()   # the stores are visible to the whole program's loads
-        else:
-            q = tl.load(Q + (kv_head * group + g)[:, None] * D + d[None, :],
-                        mask=g_mask[:, None], other=0.0).to(DOT)
+        pos = length - 1
+        q = _rotated(QKV, kv_head * group + g, g_mask, pos, COS, SIN, D,
+                     KC.dtype.element_ty).to(DOT)
+        if end == length:
+            slot = (kv_head.to(tl.int64) * max_context + pos) * D
+            first = g < 1   # the key is one row: rotate it in the queries' tile shape
+            k_new = _rotated(QKV, num_heads + kv_head + g * 0, first, pos, COS, SIN, D,
+                             KC.dtype.element_ty)
+            tl.store(KC + slot + g[:, None] * 0 + d[None, :], k_new.to(KC.dtype.element_ty),
+                     mask=first[:, None])
+            v_new = tl.load(QKV + (num_heads + kv_heads + kv_head) * D + d)
+            tl.store(VC + slot + d, v_new.to(VC.dtype.element_ty))
+            tl.debug_barrier()   # the stores are visible to the whole program's loads
         base = kv_head.to(tl.int64) * max_context * D
         m_i = tl.full([GROUP_P], float('-inf'), dtype=tl.float32)
         l_i = tl.zeros([GROUP_P], dtype=tl.float32)
@@ -623,56 +588,37 @@ def matvec_add(x: torch.Tensor, a: torch.Tensor, w) -> None:
     _matvec(w, a, x, None, None, 0.0, 'matvec_add', accumulate=True)
 
 
-def rope_and_cache(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                   k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """Rotate q and k for position pos, store k and v at pos; return q [Hq, D] (float32)."""
-    kv_heads, max_context, dim = k_cache.shape
-    q = torch.empty(num_heads, dim, device=qkv.device, dtype=torch.float32)
-    _rope_cache_kernel[(num_heads + kv_heads,)](
-        qkv, pos, cos, sin, k_cache, v_cache, q, num_heads, kv_heads, max_context,
-        HALF=dim // 2, num_warps=1, **_pdl(qkv.device))
-    return q
-
-
-def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                     pos: torch.Tensor) -> torch.Tensor:
-    """Attend q [Hq, D] over cache positions 0..pos with GQA; return float32 [Hq * D]."""
-    return _attention(q, k_cache, v_cache, pos, q.shape[0], None, None, rope=False)
-
-
 def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                    k_cache: torch.Tensor, v_cache: torch.Tensor,
                    num_heads: int) -> torch.Tensor:
-    """rope_and_cache then decode_attention: RoPE inside the attention kernel (ROPE_IN_SPLIT)."""
-    if not ROPE_IN_SPLIT:
-        q = rope_and_cache(qkv, pos, cos, sin, k_cache, v_cache, num_heads)
-        return decode_attention(q, k_cache, v_cache, pos)
-    return _attention(qkv, k_cache, v_cache, pos, num_heads, cos, sin, rope=True)
+    """
+    Rotate q and k for position pos, store k and v at pos, attend over 0..pos with GQA.
 
-
-def _attention(q, k_cache, v_cache, pos, heads, cos, sin, rope):
+    qkv is the QKV GEMV's output [(Hq + 2 Hkv) D]; returns float32 [Hq * D].
+    """
     kv_heads, max_context, dim = k_cache.shape
-    group = heads // kv_heads
+    group = num_heads // kv_heads
     group_p = max(16, triton.next_power_of_2(group))   # tl.dot needs 16 rows
     splits, min_chunk = ATTENTION['splits'], ATTENTION['min_chunk']
     block_t = ATTENTION['block_t']
     if INTERPRET:
         splits, min_chunk, block_t = 4, 16, 16
-    maxs = torch.empty(kv_heads * splits * group_p, device=q.device, dtype=torch.float32)
+    device = qkv.device
+    maxs = torch.empty(kv_heads * splits * group_p, device=device, dtype=torch.float32)
     sums = torch.empty_like(maxs)
-    accs = torch.empty(kv_heads * splits * group_p, dim, device=q.device, dtype=torch.float32)
+    accs = torch.empty(kv_heads * splits * group_p, dim, device=device, dtype=torch.float32)
     # Matrix units in the cache dtype; a float32 cache gets full float32 products, not TF32.
     dot = tl.float32 if INTERPRET or k_cache.dtype == torch.float32 else (
         tl.bfloat16 if k_cache.dtype == torch.bfloat16 else tl.float16)
     precision = 'ieee' if dot == tl.float32 else 'tf32'  # ignored for 16-bit operands
-    pdl = _pdl(q.device)
+    pdl = _pdl(device)
     _attn_split_kernel[(kv_heads, splits)](
-        q, k_cache, v_cache, pos, maxs, sums, accs, cos if rope else maxs,
-        sin if rope else maxs, max_context, dim ** -0.5, group, heads, kv_heads, D=dim,
-        GROUP_P=group_p, BLOCK_T=block_t, SPLITS=splits, MIN_CHUNK=min_chunk, DOT=dot,
-        PRECISION=precision, ROPE=rope, num_warps=ATTENTION['num_warps'], **pdl)
-    out = torch.empty(heads, dim, device=q.device, dtype=torch.float32)
-    _attn_reduce_kernel[(heads,)](
+        qkv, k_cache, v_cache, pos, maxs, sums, accs, cos, sin, max_context, dim ** -0.5, group,
+        num_heads, kv_heads, D=dim, GROUP_P=group_p, BLOCK_T=block_t, SPLITS=splits,
+        MIN_CHUNK=min_chunk, DOT=dot, PRECISION=precision, num_warps=ATTENTION['num_warps'],
+        **pdl)
+    out = torch.empty(num_heads, dim, device=device, dtype=torch.float32)
+    _attn_reduce_kernel[(num_heads,)](
         pos, maxs, sums, accs, out, group, D=dim, GROUP_P=group_p, BLOCK_T=block_t,
         SPLITS=splits, MIN_CHUNK=min_chunk, num_warps=4, **pdl)
     return out.view(-1)

@@ -42,8 +42,8 @@ def matvec_add(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor) -> None:
     x += torch.nn.functional.linear(a.to(w.dtype), dense(w)).float()
 
 
-def rope_and_cache(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                   k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int) -> torch.Tensor:
+def _rope_and_cache(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                    k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int) -> torch.Tensor:
     """Rotate q and k for position pos, store k and v at pos; return q [Hq, D] (float32)."""
     kv_heads, _, dim = k_cache.shape
     q, k, v = qkv.split([num_heads * dim, kv_heads * dim, kv_heads * dim])
@@ -59,8 +59,8 @@ def rope_and_cache(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
     return rotate(q.view(num_heads, dim))
 
 
-def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                     pos: torch.Tensor) -> torch.Tensor:
+def _decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                      pos: torch.Tensor) -> torch.Tensor:
     """Attend q [Hq, D] over cache positions 0..pos with GQA; return float32 [Hq * D]."""
     kv_heads, _, dim = k_cache.shape
     length = int(pos) + 1  # host read: fine on the CPU path, which is never graph-captured
@@ -76,6 +76,10 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
 def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                    k_cache: torch.Tensor, v_cache: torch.Tensor,
                    num_heads: int) -> torch.Tensor:
-    """rope_and_cache then decode_attention: return float32 [Hq * D]."""
-    q = rope_and_cache(qkv, pos, cos, sin, k_cache, v_cache, num_heads)
-    return decode_attention(q, k_cache, v_cache, pos)
+    """
+    Rotate q and k for position pos, store k and v at pos, attend over 0..pos with GQA.
+
+    qkv is the QKV GEMV's output [(Hq + 2 Hkv) D]; returns float32 [Hq * D].
+    """
+    q = _rope_and_cache(qkv, pos, cos, sin, k_cache, v_cache, num_heads)
+    return _decode_attention(q, k_cache, v_cache, pos)
