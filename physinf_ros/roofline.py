@@ -210,6 +210,10 @@ def decoder_accounting(decoder) -> ByteAccounting:
     group_size = getattr(decoder, 'group_size', None)
     if group_size:
         return Gptq4(group_size, 0.5)
+    method = ((getattr(decoder, 'hf_config', None) or {}).get('quantization_config')
+              or {}).get('quant_method')
+    if method:   # EXL2 mixes bit widths per layer: its bytes are not modelled here
+        raise ValueError(f'the bytes per step of a {method} checkpoint are not modelled')
     return Dense(DTYPE_BYTES[decoder.info.dtype])
 
 

@@ -195,3 +195,12 @@ def test_gptq_accounting_matches_the_checkpoint_and_what_our_kernels_read(tmp_pa
     norms = 2 * tiny.config.num_layers * tiny.config.hidden_size + tiny.config.hidden_size
     head = tiny.lm_head.numel() + tiny.config.hidden_size   # lm_head and one embedding row
     assert floor.weight_bytes == read + 4 * (norms + head)
+
+
+def test_exl2_checkpoints_get_no_made_up_floor():
+    from types import SimpleNamespace
+    from physinf_ros.roofline import decoder_accounting
+    decoder = SimpleNamespace(group_size=None, info=SimpleNamespace(dtype='float16'),
+                              hf_config={'quantization_config': {'quant_method': 'exl2'}})
+    with pytest.raises(ValueError, match='exl2 checkpoint are not modelled'):
+        decoder_accounting(decoder)
