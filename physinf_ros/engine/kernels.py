@@ -346,11 +346,12 @@ def _q4_gemv_kernel(QW, S, Z, X, Y, NORM, BIAS, N, K, N_ALL, eps, MAGIC,
     # are the same for every column, so a thread loads each x once for its 4 columns, and
     # the sums stay per column until one reduction at the end. GATE_UP: the columns n of
     # gate and n + N of up, with SiLU(gate) * up out.
-    # Arithmetic, 3 instructions per code: nibble j masked in place (code << 4 j) and OR-ed
-    # into the mantissa of 2^23 (one LOP3; MAGIC = 2^23's bits, an argument so that it sits in
-    # a register), one float subtraction of 2^23 + 8 << 4 j gives (code - 8) << 4 j exactly,
-    # one FMA with x / 16^j. No integer-to-float conversion, which runs at a quarter of the
-    # FMA rate and would make the kernel compute-bound.
+    # The GPU issues ~4 instructions per code, so arithmetic, not memory, bounds this kernel.
+    # HALF2 (16-bit models): _HALF2_DOT, 2 codes per instruction. Float32 (exact): nibble j
+    # masked in place (code << 4 j) and OR-ed into the mantissa of 2^23 (one LOP3; MAGIC =
+    # 2^23's bits, an argument so that it sits in a register), one float subtraction of
+    # 2^23 + 8 << 4 j gives (code - 8) << 4 j exactly, one FMA with x / 16^j. Neither converts
+    # integers to floats, which runs at a quarter of the FMA rate.
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < N
     word_rows = K // 8
