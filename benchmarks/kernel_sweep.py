@@ -74,17 +74,13 @@ def random_weight(kind, rows, k, device, dtype):
     return PackedLinear(codes, scales, None, GROUP_SIZE, dtype)
 
 
-def weight_bytes(w) -> int:
-    return w.nbytes if isinstance(w, PackedLinear) else w.numel() * w.element_size()
-
-
 def sweep_gemv(kind, n, k, copies, device, dtype):
     base = kind.removesuffix('_q4')
     rows = 2 * n if base == 'gate_up' else n
     weights = [random_weight(kind, rows, k, device, dtype) for _ in range(copies)]
     x = torch.randn(k, device=device)
     norm = torch.ones(k, device=device, dtype=dtype)
-    bytes_read = weight_bytes(weights[0]) * copies
+    bytes_read = weights[0].nbytes * copies
 
     def run():
         for w in weights:

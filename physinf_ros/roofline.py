@@ -17,6 +17,7 @@ gives every element the same width (bf16: 2 bytes); `Gptq4` prices the `linear` 
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Protocol
 
+from .engine.gptq import quant_method
 from .engine.llama import ModelConfig
 from .targets import detect
 
@@ -210,8 +211,7 @@ def decoder_accounting(decoder) -> ByteAccounting:
     group_size = getattr(decoder, 'group_size', None)
     if group_size:
         return Gptq4(group_size, 0.5)
-    method = ((getattr(decoder, 'hf_config', None) or {}).get('quantization_config')
-              or {}).get('quant_method')
+    method = quant_method(getattr(decoder, 'hf_config', None) or {})
     if method:   # EXL2 mixes bit widths per layer: its bytes are not modelled here
         raise ValueError(f'the bytes per step of a {method} checkpoint are not modelled')
     return Dense(DTYPE_BYTES[decoder.info.dtype])

@@ -4,7 +4,6 @@ import json
 
 from physinf_ros.engine import gptq, gptq_files, llama, load, Sampling
 from physinf_ros.engine.models import synthetic_config
-from safetensors import safe_open
 from tiny_models import ARCHS, save_tiny, tiny_config
 import torch
 
@@ -59,14 +58,6 @@ def test_dequantize_follows_g_idx_and_matches_fp16_reconstruction():
     assert torch.equal(half, plain.half())
 
 
-def tensors_of(folder):
-    found = {}
-    for file in sorted(folder.glob('*.safetensors')):
-        with safe_open(str(file), framework='pt') as f:
-            found.update({name: f.get_tensor(name) for name in f.keys()})
-    return found
-
-
 def test_float_checkpoints_quantise_into_what_exllamav2_reads(tmp_path):
     for arch in ARCHS:
         src, out = tmp_path / arch, tmp_path / f'{arch}-gptq'
@@ -81,14 +72,14 @@ def test_float_checkpoints_quantise_into_what_exllamav2_reads(tmp_path):
             assert config['rope_scaling']['rope_type'] == 'llama3'
         model_config = llama.ModelConfig.from_hf(config)
         plan = gptq.checkpoint_plan(model_config, spec)
-        written = tensors_of(out)
+        written = llama.read_state(out)
         assert sorted(written) == sorted(t.name for t in plan)
         for t in plan:
             assert written[t.name].dtype == t.dtype and tuple(written[t.name].shape) == t.shape
         if arch == 'qwen2.5-7b':
             assert written['model.layers.0.self_attn.q_proj.bias'].abs().sum() > 0
         # The dequantised load, and the 4-bit one, are exactly the RTN of the float weights.
-        source = tensors_of(src)
+        source = llama.read_state(src)
         cpu = torch.device('cpu')
         weights = llama.load_hf_dir(out, cpu, torch.float32, packed=False)
         q_proj = source['model.layers.1.self_attn.q_proj.weight']
@@ -109,7 +100,7 @@ def test_synthetic_checkpoint_is_streamed_into_shards(tmp_path):
     assert len(set(index['weight_map'].values())) > 2
     assert sorted(index['weight_map']) == sorted(t.name for t in plan)
     assert index['metadata']['total_size'] == gptq.weight_bytes(config, spec)[1]
-    written = tensors_of(tmp_path)
+    written = llama.read_state(tmp_path)
     for t in plan:
         assert written[t.name].dtype == t.dtype and tuple(written[t.name].shape) == t.shape
     qweight = written['model.layers.1.mlp.up_proj.qweight']

@@ -58,15 +58,12 @@ def dequantised_copy(gptq_dir, out):
     from pathlib import Path
     import shutil
     from physinf_ros.engine import gptq
-    from safetensors import safe_open
+    from physinf_ros.engine.llama import read_state
     from safetensors.torch import save_file
     gptq_dir, out = Path(gptq_dir), Path(out)
     shutil.copytree(gptq_dir, out, ignore=shutil.ignore_patterns('*.safetensors*'))
-    state = {}
-    for file in sorted(gptq_dir.glob('*.safetensors')):
-        with safe_open(str(file), framework='pt') as f:
-            state.update({name: f.get_tensor(name) for name in f.keys()})
-    state = {k: v.float().contiguous() for k, v in gptq.dequantize_state(state).items()}
+    state = gptq.dequantize_state(read_state(gptq_dir))
+    state = {k: v.float().contiguous() for k, v in state.items()}
     save_file(state, str(out / 'model.safetensors'))
     config = json.loads((out / 'config.json').read_text())
     config.pop('quantization_config')

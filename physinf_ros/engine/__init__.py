@@ -103,14 +103,10 @@ def pick_backend(backend: str, device: torch.device, quantization: Optional[str]
         raise EngineError(f'{quantization} checkpoints run only on backend exllamav2, which '
                           f'needs a CUDA GPU (device is {device.type})')
     if backend == 'auto':
-        if quantization == 'gptq' and cuda:
-            return 'graphed'   # our 4-bit kernels: docs/PERF.md measures them against exllamav2
-        if quantization and cuda:
-            return 'exllamav2'
-        if quantization:
-            log(f'{quantization} checkpoint on {device.type}: backend eager runs it with its '
-                'weights dequantised to float once at load (the 4-bit kernels need CUDA)')
-        return 'graphed' if cuda else 'eager'
+        if quantization and quantization != 'gptq':
+            return 'exllamav2'   # EXL2 (CUDA: checked above)
+        # GPTQ too: our 4-bit kernels, which docs/PERF.md measures against exllamav2.
+        backend = 'graphed' if cuda else 'eager'
     if backend in EXLLAMA and not quantization:
         raise EngineError(f'backend {backend} runs GPTQ or EXL2 checkpoints; this model has '
                           'float weights: append :gptq to the model spec for a 4-bit copy')

@@ -27,6 +27,7 @@ import torch
 
 from .base import ContextFull, DecoderInfo, EngineError
 from .forward import ForwardDecoder
+from .gptq import quant_method
 
 VERSION = '0.3.2'
 CACHES = {'exllamav2': 'fp16', 'exllamav2-q4': 'q4', 'exllamav2-q8': 'q8'}
@@ -114,8 +115,9 @@ class ExLlamaV2Decoder(ForwardDecoder):
         self.cache = cache_class(model, max_seq_len=info.max_context, batch_size=1)
         # What the roofline needs: the checkpoint's shape, group size and cache width.
         self.hf_config = json.loads((Path(model.config.model_dir) / 'config.json').read_text())
-        quant = self.hf_config.get('quantization_config') or {}
-        self.group_size = quant.get('group_size') if quant.get('quant_method') == 'gptq' else None
+        self.group_size = None
+        if quant_method(self.hf_config) == 'gptq':
+            self.group_size = self.hf_config['quantization_config'].get('group_size')
         self.kv_bytes_per_element = KV_BYTES_PER_ELEMENT[self.kv_cache]
 
     def _reset_cache(self) -> None:

@@ -221,14 +221,23 @@ def dequantize(qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor
     product to fp16). Its GEMV kernel instead sums (code - zero) * x in fp16 and scales each
     partial sum, which is the same arithmetic up to fp16 accumulation.
     """
-    codes = unpack_codes(qweight)                                   # [K, N]
     zeros = unpack_zeros(qzeros)                                    # [G, N]
-    k = codes.shape[0]
+    k = qweight.shape[0] * CODES_PER_WORD
     if g_idx is None:
-        group = torch.arange(k, device=codes.device) // (k // zeros.shape[0])
+        group = torch.arange(k, device=qweight.device) // (k // zeros.shape[0])
     else:
         group = g_idx.long()
-    w = scales.float()[group] * (codes - zeros[group]).float()      # [K, N]
+    return _weight(qweight, scales, zeros, group, dtype)
+
+
+def _weight(qweight: torch.Tensor, scales: torch.Tensor, zeros, group: torch.Tensor,
+            dtype: torch.dtype) -> torch.Tensor:
+    # The float weight [N, K]: scales and zeros [G, N] (or one zero for all) picked by the
+    # group of each input row, exact in float32, then rounded to dtype.
+    codes = unpack_codes(qweight)                                   # [K, N]
+    if torch.is_tensor(zeros):
+        zeros = zeros[group]
+    w = scales.float()[group] * (codes - zeros).float()             # [K, N]
     return w.T.contiguous().to(dtype)
 
 
@@ -274,11 +283,10 @@ class PackedLinear:
 
     def dense(self, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
         """Return the float weight [N, K], exact in float32, in dtype (default: the model's)."""
-        codes = unpack_codes(self.codes)                                    # [K, N]
-        groups = torch.arange(codes.shape[0], device=codes.device) // self.group_size
-        zeros = SYMMETRIC_ZERO if self.zeros is None else self.zeros.to(torch.int32)[groups]
-        w = self.scales.float()[groups] * (codes - zeros).float()
-        return w.T.contiguous().to(dtype or self.dtype)
+        k = self.shape[1]
+        group = torch.arange(k, device=self.codes.device) // self.group_size
+        zeros = SYMMETRIC_ZERO if self.zeros is None else self.zeros.to(torch.int32)
+        return _weight(self.codes, self.scales, zeros, group, dtype or self.dtype)
 
     @classmethod
     def from_gptq(cls, qweight: torch.Tensor, qzeros: torch.Tensor, scales: torch.Tensor,

@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, Union
 import torch
 import torch.nn.functional as F
 
+from . import gptq
 from .gptq import dense, PackedLinear
 
 ARCHS = ('llama', 'mistral', 'qwen2')
@@ -151,6 +152,20 @@ def from_state_dict(config: ModelConfig, state: Dict[str, torch.Tensor],
     return Weights(config, embed, layers, take('model.norm.weight'), lm_head)
 
 
+def read_state(path: Path) -> Dict[str, torch.Tensor]:
+    """Every tensor of a directory's *.safetensors files, by name, on the CPU."""
+    from safetensors import safe_open
+    files = sorted(Path(path).glob('*.safetensors'))
+    if not files:
+        raise FileNotFoundError(f'{path} holds no *.safetensors weights')
+    state = {}
+    for file in files:
+        with safe_open(str(file), framework='pt', device='cpu') as f:
+            for name in f.keys():
+                state[name] = f.get_tensor(name)
+    return state
+
+
 def load_hf_dir(path: Path, device: torch.device, dtype: torch.dtype,
                 packed: bool = True) -> Weights:
     """
@@ -160,21 +175,12 @@ def load_hf_dir(path: Path, device: torch.device, dtype: torch.dtype,
     dequantised to dtype once here (packed=False: the ordinary float forward on the same
     values, which is the fast path on a CPU, where nothing streams 4-bit weights).
     """
-    from safetensors import safe_open
-    from . import gptq
     hf = json.loads((Path(path) / 'config.json').read_text())
     method = gptq.quant_method(hf)
     if method is not None and gptq.GptqSpec.from_hf(hf) is None:
         raise ValueError(f'{method} checkpoints run only on backend exllamav2 (CUDA)')
     config = ModelConfig.from_hf(hf)
-    files = sorted(Path(path).glob('*.safetensors'))
-    if not files:
-        raise FileNotFoundError(f'{path} holds no *.safetensors weights')
-    state = {}
-    for file in files:
-        with safe_open(str(file), framework='pt', device='cpu') as f:
-            for name in f.keys():
-                state[name] = f.get_tensor(name)
+    state = read_state(path)
     if method is not None and not packed:
         gptq.dequantize_state(state)
     if config.tie_word_embeddings:
