@@ -111,9 +111,9 @@ def main(argv=None):
     parser.add_argument('--warmup', type=int, default=5)
     parser.add_argument('--steps', type=int, default=30)
     parser.add_argument('--tuning', help='kernel_sweep.py output to apply before timing')
-    parser.add_argument('--kernel-flag', action='append', default=[], metavar='NAME=0|1',
-                        help='set a switch of physinf_ros.engine.kernels for an A/B '
-                             '(e.g. HALF2=0: 4-bit GEMVs in float32 arithmetic)')
+    parser.add_argument('--kernel-flag', action='append', default=[], metavar='NAME=VALUE',
+                        help='set a switch (0|1) or a number of physinf_ros.engine.kernels for '
+                             'an A/B (e.g. HALF2=0: 4-bit GEMVs in float32 arithmetic)')
     parser.add_argument('--skip-check', action='store_true')
     parser.add_argument('--out', required=True)
     args = parser.parse_args(argv)
@@ -123,9 +123,13 @@ def main(argv=None):
     flags = {}
     for flag in args.kernel_flag:
         name, value = flag.split('=')
-        if not isinstance(getattr(kernels, name, None), bool):
-            parser.error(f'{name} is not a switch of physinf_ros.engine.kernels')
-        flags[name] = value == '1'
+        current = getattr(kernels, name, None)
+        if isinstance(current, bool):
+            flags[name] = value == '1'
+        elif isinstance(current, int):
+            flags[name] = int(value)
+        else:
+            parser.error(f'{name} is not a switch or number of physinf_ros.engine.kernels')
         setattr(kernels, name, flags[name])
     target = detect(torch.device('cuda'))
     contexts = [int(c) for c in args.contexts.split(',')]

@@ -13,6 +13,9 @@
 #              it outlives this call; the next call on the same machine finds it built)
 #   q4sweep    launch-shape sweep of the 4-bit GEMVs only, kept on the machine for q4compare
 #   bf16sweep  sweep of the bf16 norm+GEMV and residual GEMV shapes only (wider block_n range)
+#   ab         A/B of kernel switches, one engine_compare per variant, in one call: AB_VARIANTS
+#              is ';'-separated variants of space-separated NAME=VALUE flags (e.g.
+#              "PREFETCH=0;PREFETCH=1"), AB_MODELS and AB_CONTEXTS pick the cells (graphed only)
 #   q4compare  issue 5's comparison: synthetic Llama-3.1-8B bf16 graphed, and GPTQ 4-bit graphed
 #              vs exllamav2, contexts 2048-16384, R_floor for each
 # Logs and results go to $OUT/work and come back as $OUT/results.tgz (the device tool returns
@@ -107,6 +110,18 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
       run bf16sweep "${SWEEP_LIMIT:-300}" python3 benchmarks/kernel_sweep.py --skip-attention \
         --kinds rms_matvec,matvec_add --out "$WORK/kernel_sweep_bf16.json"
       cp "$WORK/kernel_sweep_bf16.json" "$STASH/" 2>/dev/null;;
+    ab)
+      IFS=';' read -ra variants <<< "${AB_VARIANTS:?AB_VARIANTS names the variants}"
+      i=0
+      for variant in "${variants[@]}"; do
+        flags=()
+        for flag in $variant; do flags+=(--kernel-flag "$flag"); done
+        TAIL=8 run ab_$i 300 python3 benchmarks/engine_compare.py --skip-check --backends graphed \
+          --models "${AB_MODELS:-synthetic:llama-3.1-8b}" \
+          --contexts "${AB_CONTEXTS:-2048,8192,16384}" "${flags[@]}" \
+          --out "$WORK/ab_$i.json"
+        i=$((i + 1))
+      done;;
     *) echo "unknown stage $stage";;
   esac
 done

@@ -32,11 +32,12 @@ def variants():
         for norm, acc, argmax, split in ((True, False, True, 1), (False, True, False, 2)):
             consts = {'HAS_NORM': norm, 'HAS_BIAS': norm, 'ACCUMULATE': acc,
                       'HAS_ARGMAX': argmax, 'BLOCK_N': 8, 'BLOCK_K': 1024, 'SPLIT_K': split,
-                      'EVEN': even, 'PDL': True}
+                      'EVEN': even, 'STREAM': 'evict_first', 'PDL': True}
             out.append((kernels._matvec_kernel, GEMV, consts))
         out.append((kernels._gate_up_kernel, {k: GEMV[k] for k in ('W', 'X', 'Y', 'NORM', 'N',
                                                                    'K', 'eps')},
-                    {'BLOCK_N': 4, 'BLOCK_K': 512, 'EVEN': even, 'PDL': True}))
+                    {'BLOCK_N': 4, 'BLOCK_K': 512, 'EVEN': even, 'STREAM': 'evict_first',
+                     'PDL': True}))
     q4 = {'QW': '*i32', 'S': '*fp16', 'Z': '*u8', 'X': F32, 'Y': F32, 'NORM': BF, 'BIAS': BF,
           'N': 'i32', 'K': 'i32', 'N_ALL': 'i32', 'eps': 'fp32', 'MAGIC': 'i32'}
     for even in (True, False):
@@ -46,14 +47,17 @@ def variants():
                         {'HAS_NORM': norm, 'HAS_BIAS': norm and not gate_up, 'ACCUMULATE': acc,
                          'GATE_UP': gate_up, 'HAS_ZEROS': not even, 'GROUP': 128,
                          'BLOCK_N': 32, 'BLOCK_R': 32, 'SPLIT_K': split, 'EVEN': even,
-                         'WDTYPE': tl.bfloat16, 'HALF2': even, 'PDL': True}))
+                         'WDTYPE': tl.bfloat16, 'HALF2': even, 'STREAM': 'evict_first',
+                         'PDL': True}))
     attention = {'D': 128, 'GROUP_P': 16, 'BLOCK_T': 64, 'SPLITS': 32, 'MIN_CHUNK': 128,
                  'PDL': True}
     out.append((kernels._attn_split_kernel,
                 {'QKV': F32, 'KC': BF, 'VC': BF, 'POS': '*i32', 'MAXS': F32, 'SUMS': F32,
-                 'ACCS': F32, 'COS': F32, 'SIN': F32, 'max_context': 'i32', 'scale': 'fp32',
-                 'group': 'i32', 'num_heads': 'i32', 'kv_heads': 'i32'},
-                {**attention, 'DOT': tl.bfloat16, 'PRECISION': 'tf32'}))
+                 'ACCS': F32, 'COS': F32, 'SIN': F32, 'NEXT_W': '*u8', 'next_bytes': 'i32',
+                 'max_context': 'i32', 'scale': 'fp32', 'group': 'i32', 'num_heads': 'i32',
+                 'kv_heads': 'i32'},
+                {**attention, 'DOT': tl.bfloat16, 'PRECISION': 'tf32', 'PREFETCH_LANES': 128,
+                 'STREAM': 'evict_first'}))
     out.append((kernels._attn_reduce_kernel,
                 {'POS': '*i32', 'MAXS': F32, 'SUMS': F32, 'ACCS': F32, 'OUT': F32,
                  'group': 'i32'}, attention))

@@ -29,7 +29,9 @@ def test_kernels_compile_for_sm90_with_wide_weight_loads():
         if row['kernel'] in ('_matvec_kernel', '_gate_up_kernel', '_q4_gemv_kernel') \
                 and row['constexprs']['EVEN']:
             loads = row['loads']
-            wide = loads.get('LDG.E.128', 0)
+            wide = sum(n for name, n in loads.items() if name.endswith('.128'))
+            # The weights are loaded with the evict-first hint (EF) that keeps L2 for prefetches.
+            assert loads.get('LDG.E.EF.128', 0) > 0, f'no evict-first weight loads: {row}'
             # Besides the weights: 4-bit kernels load x per row of words and the group scales.
             narrow = (sum(loads.values()) - wide) if row['kernel'] == '_q4_gemv_kernel' else 2
             assert wide > 0 and wide >= sum(loads.values()) - narrow, \

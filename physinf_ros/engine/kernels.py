@@ -64,6 +64,13 @@ DEFAULT = {'rms_matvec': GemvConfig(8, 512, 1, 4), 'gate_up': GemvConfig(8, 256,
            'matvec_add_q4': GemvConfig(64, 256, 4, 4)}
 # Attention launch shape: at most SPLITS programs per kv head, each over >= MIN_CHUNK keys.
 ATTENTION = {'splits': 32, 'min_chunk': 128, 'block_t': 64, 'num_warps': 4}
+# The attention kernel pulls up to PREFETCH_LIMIT bytes of o_proj's weights into L2 (H200: 60
+# MB of L2; an 8B model's o_proj is 33.5 MB).
+PREFETCH = True
+PREFETCH_LIMIT = 48 << 20
+# Weights and cached keys and values are read once per step: loaded as first to leave L2, so
+# that they do not push out what was prefetched.
+EVICT_FIRST = True
 
 
 def apply_tuning(tuning: dict) -> None:
@@ -143,22 +150,24 @@ def _input(X, NORM, cols, col_mask, rstd, HAS_NORM: tl.constexpr, WDTYPE: tl.con
 
 
 @triton.jit
-def _tile(rows_ptr, row_mask, k0, k_end, BLOCK_K: tl.constexpr, EVEN: tl.constexpr):
+def _tile(rows_ptr, row_mask, k0, k_end, BLOCK_K: tl.constexpr, EVEN: tl.constexpr,
+          STREAM: tl.constexpr):
     # One [rows, BLOCK_K] weight tile at column k0; all zeros once k0 passes k_end. The "past
     # the end" test is one scalar, so whole tiles still load as 16-byte vectors.
     cols = tl.max_contiguous(tl.multiple_of(k0 + tl.arange(0, BLOCK_K), BLOCK_K), BLOCK_K)
     inside = k0 < k_end
     if EVEN:
-        return tl.load(rows_ptr + cols[None, :], mask=inside, other=0.0)
+        return tl.load(rows_ptr + cols[None, :], mask=inside, other=0.0, eviction_policy=STREAM)
     mask = row_mask[:, None] & (cols < k_end)[None, :] & inside
-    return tl.load(rows_ptr + cols[None, :], mask=mask, other=0.0)
+    return tl.load(rows_ptr + cols[None, :], mask=mask, other=0.0, eviction_policy=STREAM)
 
 
 @triton.jit
 def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
                    HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, ACCUMULATE: tl.constexpr,
                    HAS_ARGMAX: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   SPLIT_K: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr):
+                   SPLIT_K: tl.constexpr, EVEN: tl.constexpr, STREAM: tl.constexpr,
+                   PDL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     k_len = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
@@ -166,15 +175,15 @@ def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
     k_end = tl.minimum(k_start + k_len, K)
     w_rows = W + rows.to(tl.int64)[:, None] * K
     # Weights never depend on the previous kernel: the first tile is in flight before the wait.
-    w_next = _tile(w_rows, row_mask, k_start, k_end, BLOCK_K, EVEN)
+    w_next = _tile(w_rows, row_mask, k_start, k_end, BLOCK_K, EVEN, STREAM)
     _grid_sync(PDL)
     rstd = 1.0
     if HAS_NORM:
         rstd = _rstd(X, K, eps, BLOCK_K)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for k0 in range(k_start, k_end, BLOCK_K):
-        w = w_next
-        w_next = _tile(w_rows, row_mask, k0 + BLOCK_K, k_end, BLOCK_K, EVEN)  # keep 2 in flight
+        w = w_next   # keep 2 tiles in flight
+        w_next = _tile(w_rows, row_mask, k0 + BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
         x = _input(X, NORM, cols, cols < k_end, rstd, HAS_NORM, W.dtype.element_ty, EVEN)
         acc += w.to(tl.float32) * x[None, :]
@@ -199,21 +208,21 @@ def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
 
 @triton.jit
 def _gate_up_kernel(W, X, Y, NORM, N, K, eps, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    EVEN: tl.constexpr, PDL: tl.constexpr):
+                    EVEN: tl.constexpr, STREAM: tl.constexpr, PDL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     gate_rows = W + rows.to(tl.int64)[:, None] * K
     up_rows = gate_rows + N * K
-    gate_next = _tile(gate_rows, row_mask, 0, K, BLOCK_K, EVEN)
-    up_next = _tile(up_rows, row_mask, 0, K, BLOCK_K, EVEN)
+    gate_next = _tile(gate_rows, row_mask, 0, K, BLOCK_K, EVEN, STREAM)
+    up_next = _tile(up_rows, row_mask, 0, K, BLOCK_K, EVEN, STREAM)
     _grid_sync(PDL)
     rstd = _rstd(X, K, eps, BLOCK_K)
     acc_gate = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         w_gate, w_up = gate_next, up_next
-        gate_next = _tile(gate_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN)
-        up_next = _tile(up_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN)
+        gate_next = _tile(gate_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
+        up_next = _tile(up_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
         x = _input(X, NORM, cols, cols < K, rstd, True, W.dtype.element_ty, EVEN)[None, :]
         acc_gate += w_gate.to(tl.float32) * x
@@ -324,13 +333,15 @@ def _q4_group_scaled(part, x_sum, S, Z, rows, cols, mask, N_ALL, GROUP: tl.const
 
 
 @triton.jit
-def _q4_tile(ptrs, r0, r_end, col_mask, BLOCK_R: tl.constexpr, EVEN: tl.constexpr):
+def _q4_tile(ptrs, r0, r_end, col_mask, BLOCK_R: tl.constexpr, EVEN: tl.constexpr,
+             STREAM: tl.constexpr):
     # Code words of rows r0 .. r0 + BLOCK_R; all zeros once r0 passes r_end (one scalar test,
     # so whole tiles still load as 16-byte vectors).
     if EVEN:
-        return tl.load(ptrs, mask=r0 < r_end, other=0)
+        return tl.load(ptrs, mask=r0 < r_end, other=0, eviction_policy=STREAM)
     rows = r0 + tl.arange(0, BLOCK_R)
-    return tl.load(ptrs, mask=(rows < r_end)[:, None] & col_mask[None, :], other=0)
+    return tl.load(ptrs, mask=(rows < r_end)[:, None] & col_mask[None, :], other=0,
+                   eviction_policy=STREAM)
 
 
 @triton.jit
@@ -339,7 +350,7 @@ def _q4_gemv_kernel(QW, S, Z, X, Y, NORM, BIAS, N, K, N_ALL, eps, MAGIC,
                     GATE_UP: tl.constexpr, HAS_ZEROS: tl.constexpr, GROUP: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr, SPLIT_K: tl.constexpr,
                     EVEN: tl.constexpr, WDTYPE: tl.constexpr, HALF2: tl.constexpr,
-                    PDL: tl.constexpr):
+                    STREAM: tl.constexpr, PDL: tl.constexpr):
     # y = W x for a GPTQ linear, read in GPTQ's own layout: codes [K / 8, N_ALL] (8 inputs of
     # one output per word), scales and zeros [K / GROUP, N_ALL]. A program owns BLOCK_N
     # outputs (columns) and walks down the words BLOCK_R rows at a time; the inputs of a row
@@ -360,10 +371,10 @@ def _q4_gemv_kernel(QW, S, Z, X, Y, NORM, BIAS, N, K, N_ALL, eps, MAGIC,
     r_end = tl.minimum(r_start + r_len, word_rows)
     w_ptrs = QW + (r_start + tl.arange(0, BLOCK_R)).to(tl.int64)[:, None] * N_ALL + cols[None, :]
     # Weights never depend on the previous kernel: the first tile is in flight before the wait.
-    w_next = _q4_tile(w_ptrs, r_start, r_end, col_mask, BLOCK_R, EVEN)
+    w_next = _q4_tile(w_ptrs, r_start, r_end, col_mask, BLOCK_R, EVEN, STREAM)
     u_next = w_next
     if GATE_UP:
-        u_next = _q4_tile(w_ptrs + N, r_start, r_end, col_mask, BLOCK_R, EVEN)
+        u_next = _q4_tile(w_ptrs + N, r_start, r_end, col_mask, BLOCK_R, EVEN, STREAM)
     _grid_sync(PDL)
     rstd = 1.0
     if HAS_NORM:
@@ -375,13 +386,13 @@ def _q4_gemv_kernel(QW, S, Z, X, Y, NORM, BIAS, N, K, N_ALL, eps, MAGIC,
         mask = (rows < r_end)[:, None] & col_mask[None, :]
         w, u = w_next, u_next
         w_ptrs += BLOCK_R * N_ALL   # the next tile in flight while this one is summed
-        w_next = _q4_tile(w_ptrs, r0 + BLOCK_R, r_end, col_mask, BLOCK_R, EVEN)
+        w_next = _q4_tile(w_ptrs, r0 + BLOCK_R, r_end, col_mask, BLOCK_R, EVEN, STREAM)
         part, x_sum = _q4_tile_sums(w, rows, X, NORM, rstd, K, HAS_NORM, WDTYPE, MAGIC, HALF2,
                                     EVEN)
         acc += _q4_group_scaled(part, x_sum, S, Z, rows, cols, mask, N_ALL, GROUP, HAS_ZEROS,
                                 EVEN)
         if GATE_UP:
-            u_next = _q4_tile(w_ptrs + N, r0 + BLOCK_R, r_end, col_mask, BLOCK_R, EVEN)
+            u_next = _q4_tile(w_ptrs + N, r0 + BLOCK_R, r_end, col_mask, BLOCK_R, EVEN, STREAM)
             part, x_sum = _q4_tile_sums(u, rows, X, NORM, rstd, K, True, WDTYPE, MAGIC, HALF2,
                                         EVEN)
             acc_up += _q4_group_scaled(part, x_sum, S, Z, rows, cols + N, mask, N_ALL, GROUP,
@@ -423,14 +434,45 @@ def _rotated(X, rows, row_mask, pos, COS, SIN, D: tl.constexpr, DTYPE: tl.conste
     return x * cos + sign * partner * sin
 
 
+# Hopper's bulk copy engine pulls $2 bytes at $1 into L2 in one instruction, which nothing
+# waits on; lanes with nothing to pull (size 0) skip it.
+_PREFETCH_L2 = tl.constexpr("""
+{
+.reg .pred p;
+setp.gt.s32 p, $2, 0;
+@p cp.async.bulk.prefetch.L2.global [$1], $2;
+mov.u32 $0, 0;
+}
+""")
+
+
 @triton.jit
-def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, max_context, scale,
-                       group, num_heads, kv_heads, D: tl.constexpr, GROUP_P: tl.constexpr,
-                       BLOCK_T: tl.constexpr, SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr,
-                       DOT: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
+def _prefetch_l2(P, nbytes, LANES: tl.constexpr):
+    # This program's share of the nbytes at P (a byte pointer), one piece per lane; pieces are
+    # multiples of 16 bytes, as the bulk copy engine requires.
+    programs = tl.num_programs(0) * tl.num_programs(1)
+    program = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
+    piece = tl.cdiv(tl.cdiv(nbytes, programs * LANES), 16) * 16
+    start = (program * LANES + tl.arange(0, LANES)).to(tl.int64) * piece
+    size = (tl.minimum(nbytes - start, piece) // 16 * 16).to(tl.int32)
+    tl.inline_asm_elementwise(_PREFETCH_L2, '=r,l,r', [P + start, size], dtype=tl.int32,
+                              is_pure=False, pack=1)
+
+
+@triton.jit
+def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, NEXT_W, next_bytes,
+                       max_context, scale, group, num_heads, kv_heads, D: tl.constexpr,
+                       GROUP_P: tl.constexpr, BLOCK_T: tl.constexpr, SPLITS: tl.constexpr,
+                       MIN_CHUNK: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
+                       PREFETCH_LANES: tl.constexpr, STREAM: tl.constexpr,
+                       PDL: tl.constexpr):
     # Each program rotates its group's queries itself, and the split that holds the new
     # position rotates its key and stores key and value in the cache before it reads: RoPE
     # and the cache write cost no kernel of their own.
+    # Attention reads little, so HBM would idle while its few programs run: first they pull
+    # the next GEMV's weights (o_proj) into L2, which then streams them from there.
+    if PREFETCH_LANES > 0:
+        _prefetch_l2(NEXT_W, next_bytes, PREFETCH_LANES)
     _grid_sync(PDL)   # in every program, also those with no keys: the chain of waits must hold
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
@@ -463,14 +505,16 @@ def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, max_context
             t = t0 + tl.arange(0, BLOCK_T)
             t_mask = t < end
             offsets = base + t[:, None] * D + d[None, :]
-            k = tl.load(KC + offsets, mask=t_mask[:, None], other=0.0).to(DOT)
+            k = tl.load(KC + offsets, mask=t_mask[:, None], other=0.0,
+                        eviction_policy=STREAM).to(DOT)
             s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=tl.float32) * scale
             s = tl.where(t_mask[None, :], s, float('-inf'))
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
             alpha = tl.exp(m_i - m_new)
             p = tl.exp(s - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
-            v = tl.load(VC + offsets, mask=t_mask[:, None], other=0.0).to(DOT)
+            v = tl.load(VC + offsets, mask=t_mask[:, None], other=0.0,
+                        eviction_policy=STREAM).to(DOT)
             acc = acc * alpha[:, None] + tl.dot(p.to(DOT), v, input_precision=PRECISION,
                                                 out_dtype=tl.float32)
             m_i = m_new
@@ -507,6 +551,11 @@ def _greedy_finish_kernel(PACKED, TOKEN, POS, PDL: tl.constexpr):
     tl.store(POS, tl.load(POS) + 1)
 
 
+def _stream() -> str:
+    """Return the L2 eviction hint of loads of data read once per step."""
+    return 'evict_first' if EVICT_FIRST and not INTERPRET else ''
+
+
 def _matvec(w, x, y, norm_w, bias, eps, kind, accumulate=False, argmax=None):
     if isinstance(w, PackedLinear):
         _q4_gemv(w, x, y, norm_w, bias, eps, kind, accumulate)
@@ -519,7 +568,7 @@ def _matvec(w, x, y, norm_w, bias, eps, kind, accumulate=False, argmax=None):
         argmax if argmax is not None else y, n, k, eps, HAS_NORM=norm_w is not None,
         HAS_BIAS=bias is not None, ACCUMULATE=accumulate, HAS_ARGMAX=argmax is not None,
         BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=split_k, EVEN=_even(n, k, cfg),
-        num_warps=cfg.num_warps, **_pdl(x.device))
+        STREAM=_stream(), num_warps=cfg.num_warps, **_pdl(x.device))
 
 
 # 4-bit GEMVs of 16-bit models in packed fp16 arithmetic (_HALF2_DOT), else float32 (exact
@@ -544,7 +593,8 @@ def _q4_gemv(w: PackedLinear, x, y, norm_w, bias, eps, kind, accumulate=False):
         HAS_BIAS=bias is not None, ACCUMULATE=accumulate, GATE_UP=gate_up,
         HAS_ZEROS=w.zeros is not None, GROUP=w.group_size, BLOCK_N=cfg.block_n,
         BLOCK_R=block_r, SPLIT_K=split_k, EVEN=even, WDTYPE=_TL_DTYPES[w.dtype],
-        HALF2=_half2_path(w.dtype, x.device), num_warps=cfg.num_warps, **_pdl(x.device))
+        HALF2=_half2_path(w.dtype, x.device), STREAM=_stream(), num_warps=cfg.num_warps,
+        **_pdl(x.device))
 
 
 def _half2_path(dtype: torch.dtype, device: torch.device) -> bool:
@@ -580,7 +630,7 @@ def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up,
     cfg = _config('gate_up', n, k)
     _gate_up_kernel[(triton.cdiv(n, cfg.block_n),)](
         w_gate_up, x, y, norm_w, n, k, eps, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        EVEN=_even(n, k, cfg), num_warps=cfg.num_warps, **_pdl(x.device))
+        EVEN=_even(n, k, cfg), STREAM=_stream(), num_warps=cfg.num_warps, **_pdl(x.device))
     return y
 
 
@@ -589,13 +639,20 @@ def matvec_add(x: torch.Tensor, a: torch.Tensor, w) -> None:
     _matvec(w, a, x, None, None, 0.0, 'matvec_add', accumulate=True)
 
 
+def _l2_bytes(w) -> torch.Tensor:
+    """Return the bytes of w worth pulling into L2 ahead of its GEMV (a 4-bit linear's codes)."""
+    t = w.codes if isinstance(w, PackedLinear) else w
+    return t.view(-1).view(torch.uint8)
+
+
 def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                   k_cache: torch.Tensor, v_cache: torch.Tensor,
-                   num_heads: int) -> torch.Tensor:
+                   k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int,
+                   next_w=None) -> torch.Tensor:
     """
     Rotate q and k for position pos, store k and v at pos, attend over 0..pos with GQA.
 
-    qkv is the QKV GEMV's output [(Hq + 2 Hkv) D]; returns float32 [Hq * D].
+    qkv is the QKV GEMV's output [(Hq + 2 Hkv) D]; returns float32 [Hq * D]. next_w, the
+    weights the next kernel reads (o_proj), is pulled into L2 meanwhile (Hopper, PREFETCH).
     """
     kv_heads, max_context, dim = k_cache.shape
     group = num_heads // kv_heads
@@ -613,11 +670,16 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
         tl.bfloat16 if k_cache.dtype == torch.bfloat16 else tl.float16)
     precision = 'ieee' if dot == tl.float32 else 'tf32'  # ignored for 16-bit operands
     pdl = _pdl(device)
+    num_warps = ATTENTION['num_warps']
+    # The bulk prefetch is a Hopper instruction: only where PDL (sm_90+) is on.
+    lanes = 32 * num_warps if PREFETCH and next_w is not None and pdl['PDL'] else 0
+    next_bytes = _l2_bytes(next_w) if lanes else qkv.view(torch.uint8)
+    prefetch = min(next_bytes.numel(), PREFETCH_LIMIT) if lanes else 0
     _attn_split_kernel[(kv_heads, splits)](
-        qkv, k_cache, v_cache, pos, maxs, sums, accs, cos, sin, max_context, dim ** -0.5, group,
-        num_heads, kv_heads, D=dim, GROUP_P=group_p, BLOCK_T=block_t, SPLITS=splits,
-        MIN_CHUNK=min_chunk, DOT=dot, PRECISION=precision, num_warps=ATTENTION['num_warps'],
-        **pdl)
+        qkv, k_cache, v_cache, pos, maxs, sums, accs, cos, sin, next_bytes, prefetch,
+        max_context, dim ** -0.5, group, num_heads, kv_heads, D=dim, GROUP_P=group_p,
+        BLOCK_T=block_t, SPLITS=splits, MIN_CHUNK=min_chunk, DOT=dot, PRECISION=precision,
+        PREFETCH_LANES=lanes, STREAM=_stream(), num_warps=num_warps, **pdl)
     out = torch.empty(num_heads, dim, device=device, dtype=torch.float32)
     _attn_reduce_kernel[(num_heads,)](
         pos, maxs, sums, accs, out, group, D=dim, GROUP_P=group_p, BLOCK_T=block_t,

@@ -74,12 +74,13 @@ def _decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
 
 
 def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                   k_cache: torch.Tensor, v_cache: torch.Tensor,
-                   num_heads: int) -> torch.Tensor:
+                   k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int,
+                   next_w=None) -> torch.Tensor:
     """
     Rotate q and k for position pos, store k and v at pos, attend over 0..pos with GQA.
 
-    qkv is the QKV GEMV's output [(Hq + 2 Hkv) D]; returns float32 [Hq * D].
+    qkv is the QKV GEMV's output [(Hq + 2 Hkv) D]; returns float32 [Hq * D]. next_w (the
+    kernels' L2 prefetch of the next weights) means nothing here.
     """
     q = _rope_and_cache(qkv, pos, cos, sin, k_cache, v_cache, num_heads)
     return _decode_attention(q, k_cache, v_cache, pos)
