@@ -60,7 +60,8 @@ def variants():
                  'STREAM': 'evict_first'}))
     out.append((kernels._attn_reduce_kernel,
                 {'POS': '*i32', 'MAXS': F32, 'SUMS': F32, 'ACCS': F32, 'OUT': F32,
-                 'group': 'i32'}, attention))
+                 'NEXT_W': '*u8', 'next_bytes': 'i32', 'group': 'i32'},
+                {**attention, 'PREFETCH_LANES': 128}))
     out.append((kernels._greedy_finish_kernel, {'PACKED': '*i64', 'TOKEN': '*i64',
                                                 'POS': '*i32'}, {'PDL': True}))
     return out

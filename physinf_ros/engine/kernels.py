@@ -66,7 +66,7 @@ DEFAULT = {'rms_matvec': GemvConfig(8, 512, 1, 4), 'gate_up': GemvConfig(8, 256,
 ATTENTION = {'splits': 32, 'min_chunk': 128, 'block_t': 64, 'num_warps': 4}
 # The attention kernel pulls up to PREFETCH_LIMIT bytes of o_proj's weights into L2 (H200: 60
 # MB of L2; an 8B model's o_proj is 33.5 MB).
-PREFETCH = True
+PREFETCH = 2   # experiment: 0 off, 1 in the split kernel before its wait, 2 in the reduce kernel
 PREFETCH_LIMIT = 48 << 20
 # Weights and cached keys and values are read once per step: loaded as first to leave L2, so
 # that they do not push out what was prefetched.
@@ -525,10 +525,13 @@ def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, NEXT_W, nex
 
 
 @triton.jit
-def _attn_reduce_kernel(POS, MAXS, SUMS, ACCS, OUT, group, D: tl.constexpr,
+def _attn_reduce_kernel(POS, MAXS, SUMS, ACCS, OUT, NEXT_W, next_bytes, group, D: tl.constexpr,
                         GROUP_P: tl.constexpr, BLOCK_T: tl.constexpr, SPLITS: tl.constexpr,
-                        MIN_CHUNK: tl.constexpr, PDL: tl.constexpr):
+                        MIN_CHUNK: tl.constexpr, PREFETCH_LANES: tl.constexpr,
+                        PDL: tl.constexpr):
     _grid_sync(PDL)
+    if PREFETCH_LANES > 0:
+        _prefetch_l2(NEXT_W, next_bytes, PREFETCH_LANES)
     head = tl.program_id(0)
     length = tl.load(POS).to(tl.int32) + 1
     active = tl.cdiv(length, _chunk(length, SPLITS, MIN_CHUNK, BLOCK_T))
@@ -672,9 +675,11 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
     pdl = _pdl(device)
     num_warps = ATTENTION['num_warps']
     # The bulk prefetch is a Hopper instruction: only where PDL (sm_90+) is on.
-    lanes = 32 * num_warps if PREFETCH and next_w is not None and pdl['PDL'] else 0
-    next_bytes = _l2_bytes(next_w) if lanes else qkv.view(torch.uint8)
-    prefetch = min(next_bytes.numel(), PREFETCH_LIMIT) if lanes else 0
+    on = PREFETCH and next_w is not None and pdl['PDL']
+    lanes = 32 * num_warps if on and PREFETCH == 1 else 0
+    lanes_reduce = 128 if on and PREFETCH == 2 else 0
+    next_bytes = _l2_bytes(next_w) if on else qkv.view(torch.uint8)
+    prefetch = min(next_bytes.numel(), PREFETCH_LIMIT) if on else 0
     _attn_split_kernel[(kv_heads, splits)](
         qkv, k_cache, v_cache, pos, maxs, sums, accs, cos, sin, next_bytes, prefetch,
         max_context, dim ** -0.5, group, num_heads, kv_heads, D=dim, GROUP_P=group_p,
@@ -682,6 +687,7 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
         PREFETCH_LANES=lanes, STREAM=_stream(), num_warps=num_warps, **pdl)
     out = torch.empty(num_heads, dim, device=device, dtype=torch.float32)
     _attn_reduce_kernel[(num_heads,)](
-        pos, maxs, sums, accs, out, group, D=dim, GROUP_P=group_p, BLOCK_T=block_t,
-        SPLITS=splits, MIN_CHUNK=min_chunk, num_warps=4, **pdl)
+        pos, maxs, sums, accs, out, next_bytes, prefetch, group, D=dim, GROUP_P=group_p,
+        BLOCK_T=block_t, SPLITS=splits, MIN_CHUNK=min_chunk, PREFETCH_LANES=lanes_reduce,
+        num_warps=4, **pdl)
     return out.view(-1)
