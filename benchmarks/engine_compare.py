@@ -112,8 +112,9 @@ def main(argv=None):
     parser.add_argument('--steps', type=int, default=30)
     parser.add_argument('--tuning', help='kernel_sweep.py output to apply before timing')
     parser.add_argument('--kernel-flag', action='append', default=[], metavar='NAME=VALUE',
-                        help='set a switch (0|1) or a number of physinf_ros.engine.kernels for '
-                             'an A/B (e.g. HALF2=0: 4-bit GEMVs in float32 arithmetic)')
+                        help='set a switch (0|1) or a number of physinf_ros.engine.kernels, or '
+                             'an entry of one of its tables, for an A/B (e.g. HALF2=0: 4-bit '
+                             'GEMVs in float32 arithmetic; ATTENTION.out_heads=2)')
     parser.add_argument('--skip-check', action='store_true')
     parser.add_argument('--out', required=True)
     args = parser.parse_args(argv)
@@ -123,14 +124,16 @@ def main(argv=None):
     flags = {}
     for flag in args.kernel_flag:
         name, value = flag.split('=')
-        current = getattr(kernels, name, None)
+        table, _, key = name.rpartition('.')   # ATTENTION.out_heads: an entry of a table
+        owner = getattr(kernels, table) if table else vars(kernels)
+        current = owner.get(key) if isinstance(owner, dict) else None
         if isinstance(current, bool):
             flags[name] = value == '1'
         elif isinstance(current, int):
             flags[name] = int(value)
         else:
             parser.error(f'{name} is not a switch or number of physinf_ros.engine.kernels')
-        setattr(kernels, name, flags[name])
+        owner[key] = flags[name]
     target = detect(torch.device('cuda'))
     contexts = [int(c) for c in args.contexts.split(',')]
     backends = args.backends.split(',')

@@ -53,15 +53,18 @@ def variants():
                  'PDL': True}
     out.append((kernels._attn_split_kernel,
                 {'QKV': F32, 'KC': BF, 'VC': BF, 'POS': '*i32', 'MAXS': F32, 'SUMS': F32,
-                 'ACCS': F32, 'COS': F32, 'SIN': F32, 'NEXT_W': '*u8', 'next_bytes': 'i32',
-                 'max_context': 'i32', 'scale': 'fp32', 'group': 'i32', 'num_heads': 'i32',
-                 'kv_heads': 'i32'},
-                {**attention, 'DOT': tl.bfloat16, 'PRECISION': 'tf32', 'PREFETCH_LANES': 128,
-                 'STREAM': 'evict_first'}))
+                 'ACCS': F32, 'COS': F32, 'SIN': F32, 'max_context': 'i32', 'scale': 'fp32',
+                 'group': 'i32', 'num_heads': 'i32', 'kv_heads': 'i32'},
+                {**attention, 'DOT': tl.bfloat16, 'PRECISION': 'tf32'}))
     out.append((kernels._attn_reduce_kernel,
                 {'POS': '*i32', 'MAXS': F32, 'SUMS': F32, 'ACCS': F32, 'OUT': F32,
-                 'NEXT_W': '*u8', 'next_bytes': 'i32', 'group': 'i32'},
-                {**attention, 'PREFETCH_LANES': 128}))
+                 'group': 'i32'}, attention))
+    for even in (True, False):
+        out.append((kernels._attn_out_kernel,
+                    {'W': BF, 'X': F32, 'POS': '*i32', 'MAXS': F32, 'SUMS': F32, 'ACCS': F32,
+                     'N': 'i32', 'num_heads': 'i32', 'group': 'i32'},
+                    {**attention, 'HEADS': 4, 'BLOCK_N': 64, 'EVEN': even,
+                     'STREAM': 'evict_first'}))
     out.append((kernels._greedy_finish_kernel, {'PACKED': '*i64', 'TOKEN': '*i64',
                                                 'POS': '*i32'}, {'PDL': True}))
     return out

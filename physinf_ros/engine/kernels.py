@@ -62,14 +62,15 @@ DEFAULT = {'rms_matvec': GemvConfig(8, 512, 1, 4), 'gate_up': GemvConfig(8, 256,
            # 4-bit GEMVs tile [block_k inputs, block_n outputs] of GPTQ's [K / 8, N] codes.
            'rms_matvec_q4': GemvConfig(32, 256, 1, 4), 'gate_up_q4': GemvConfig(32, 256, 1, 4),
            'matvec_add_q4': GemvConfig(64, 256, 4, 4)}
-# Attention launch shape: at most SPLITS programs per kv head, each over >= MIN_CHUNK keys.
-ATTENTION = {'splits': 32, 'min_chunk': 128, 'block_t': 64, 'num_warps': 4}
-# The attention kernel pulls up to PREFETCH_LIMIT bytes of o_proj's weights into L2 (H200: 60
-# MB of L2; an 8B model's o_proj is 33.5 MB).
-PREFETCH = 2   # experiment: 0 off, 1 in the split kernel before its wait, 2 in the reduce kernel
-PREFETCH_LIMIT = 48 << 20
-# Weights and cached keys and values are read once per step: loaded as first to leave L2, so
-# that they do not push out what was prefetched.
+# Attention launch shape: at most SPLITS programs per kv head, each over >= MIN_CHUNK keys;
+# o_proj (with the merge of the splits) as OUT_HEADS heads' columns by OUT_BLOCK_N rows per
+# program.
+ATTENTION = {'splits': 32, 'min_chunk': 128, 'block_t': 64, 'num_warps': 4,
+             'out_heads': 4, 'out_block_n': 64, 'out_warps': 8}
+# bf16 o_proj merges the attention splits itself (else: a merge kernel, then matvec_add).
+MERGE_IN_O_PROJ = True
+# Weights are read once per step: loaded as first to leave L2, so that they do not push out
+# what is read again (the residual, inputs, attention partials).
 EVICT_FIRST = True
 
 
@@ -434,45 +435,14 @@ def _rotated(X, rows, row_mask, pos, COS, SIN, D: tl.constexpr, DTYPE: tl.conste
     return x * cos + sign * partner * sin
 
 
-# Hopper's bulk copy engine pulls $2 bytes at $1 into L2 in one instruction, which nothing
-# waits on; lanes with nothing to pull (size 0) skip it.
-_PREFETCH_L2 = tl.constexpr("""
-{
-.reg .pred p;
-setp.gt.s32 p, $2, 0;
-@p cp.async.bulk.prefetch.L2.global [$1], $2;
-mov.u32 $0, 0;
-}
-""")
-
-
 @triton.jit
-def _prefetch_l2(P, nbytes, LANES: tl.constexpr):
-    # This program's share of the nbytes at P (a byte pointer), one piece per lane; pieces are
-    # multiples of 16 bytes, as the bulk copy engine requires.
-    programs = tl.num_programs(0) * tl.num_programs(1)
-    program = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
-    piece = tl.cdiv(tl.cdiv(nbytes, programs * LANES), 16) * 16
-    start = (program * LANES + tl.arange(0, LANES)).to(tl.int64) * piece
-    size = (tl.minimum(nbytes - start, piece) // 16 * 16).to(tl.int32)
-    tl.inline_asm_elementwise(_PREFETCH_L2, '=r,l,r', [P + start, size], dtype=tl.int32,
-                              is_pure=False, pack=1)
-
-
-@triton.jit
-def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, NEXT_W, next_bytes,
-                       max_context, scale, group, num_heads, kv_heads, D: tl.constexpr,
-                       GROUP_P: tl.constexpr, BLOCK_T: tl.constexpr, SPLITS: tl.constexpr,
-                       MIN_CHUNK: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
-                       PREFETCH_LANES: tl.constexpr, STREAM: tl.constexpr,
-                       PDL: tl.constexpr):
+def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, max_context, scale,
+                       group, num_heads, kv_heads, D: tl.constexpr, GROUP_P: tl.constexpr,
+                       BLOCK_T: tl.constexpr, SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr,
+                       DOT: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
     # Each program rotates its group's queries itself, and the split that holds the new
     # position rotates its key and stores key and value in the cache before it reads: RoPE
     # and the cache write cost no kernel of their own.
-    # Attention reads little, so HBM would idle while its few programs run: first they pull
-    # the next GEMV's weights (o_proj) into L2, which then streams them from there.
-    if PREFETCH_LANES > 0:
-        _prefetch_l2(NEXT_W, next_bytes, PREFETCH_LANES)
     _grid_sync(PDL)   # in every program, also those with no keys: the chain of waits must hold
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
@@ -505,16 +475,14 @@ def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, NEXT_W, nex
             t = t0 + tl.arange(0, BLOCK_T)
             t_mask = t < end
             offsets = base + t[:, None] * D + d[None, :]
-            k = tl.load(KC + offsets, mask=t_mask[:, None], other=0.0,
-                        eviction_policy=STREAM).to(DOT)
+            k = tl.load(KC + offsets, mask=t_mask[:, None], other=0.0).to(DOT)
             s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=tl.float32) * scale
             s = tl.where(t_mask[None, :], s, float('-inf'))
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
             alpha = tl.exp(m_i - m_new)
             p = tl.exp(s - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
-            v = tl.load(VC + offsets, mask=t_mask[:, None], other=0.0,
-                        eviction_policy=STREAM).to(DOT)
+            v = tl.load(VC + offsets, mask=t_mask[:, None], other=0.0).to(DOT)
             acc = acc * alpha[:, None] + tl.dot(p.to(DOT), v, input_precision=PRECISION,
                                                 out_dtype=tl.float32)
             m_i = m_new
@@ -525,25 +493,57 @@ def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, NEXT_W, nex
 
 
 @triton.jit
-def _attn_reduce_kernel(POS, MAXS, SUMS, ACCS, OUT, NEXT_W, next_bytes, group, D: tl.constexpr,
-                        GROUP_P: tl.constexpr, BLOCK_T: tl.constexpr, SPLITS: tl.constexpr,
-                        MIN_CHUNK: tl.constexpr, PREFETCH_LANES: tl.constexpr,
-                        PDL: tl.constexpr):
-    _grid_sync(PDL)
-    if PREFETCH_LANES > 0:
-        _prefetch_l2(NEXT_W, next_bytes, PREFETCH_LANES)
-    head = tl.program_id(0)
+def _merged_heads(POS, MAXS, SUMS, ACCS, heads, head_mask, group, D: tl.constexpr,
+                  GROUP_P: tl.constexpr, BLOCK_T: tl.constexpr, SPLITS: tl.constexpr,
+                  MIN_CHUNK: tl.constexpr):
+    # Attention output [len(heads), D] from the split kernel's partials: each split's sums
+    # scaled by exp(its max - the head's max), over the scaled denominators. All splits of
+    # all heads are loaded at once: no chain of dependent loads.
     length = tl.load(POS).to(tl.int32) + 1
     active = tl.cdiv(length, _chunk(length, SPLITS, MIN_CHUNK, BLOCK_T))
     s = tl.arange(0, SPLITS)
-    s_mask = s < active
-    d = tl.arange(0, D)
-    index = ((head // group) * SPLITS + s) * GROUP_P + head % group
-    m = tl.load(MAXS + index, mask=s_mask, other=float('-inf'))
-    weight = tl.exp(m - tl.max(m, axis=0))
-    total = tl.sum(tl.load(SUMS + index, mask=s_mask, other=0.0) * weight, axis=0)
-    acc = tl.load(ACCS + index[:, None] * D + d[None, :], mask=s_mask[:, None], other=0.0)
-    tl.store(OUT + head * D + d, tl.sum(acc * weight[:, None], axis=0) / total)
+    mask = head_mask[:, None] & (s < active)[None, :]
+    index = ((heads // group)[:, None] * SPLITS + s[None, :]) * GROUP_P + (heads % group)[:, None]
+    m = tl.load(MAXS + index, mask=mask, other=float('-inf'))
+    top = tl.maximum(tl.max(m, axis=1), -3.0e38)   # finite for masked heads: no NaN
+    weight = tl.where(mask, tl.exp(m - top[:, None]), 0.0)
+    total = tl.sum(tl.load(SUMS + index, mask=mask, other=0.0) * weight, axis=1)
+    acc = tl.load(ACCS + index[:, :, None] * D + tl.arange(0, D)[None, None, :],
+                  mask=mask[:, :, None], other=0.0)
+    return tl.sum(acc * weight[:, :, None], axis=1) / tl.where(head_mask, total, 1.0)[:, None]
+
+
+@triton.jit
+def _attn_reduce_kernel(POS, MAXS, SUMS, ACCS, OUT, group, D: tl.constexpr,
+                        GROUP_P: tl.constexpr, BLOCK_T: tl.constexpr, SPLITS: tl.constexpr,
+                        MIN_CHUNK: tl.constexpr, PDL: tl.constexpr):
+    _grid_sync(PDL)
+    head = tl.program_id(0) + tl.arange(0, 1)
+    out = _merged_heads(POS, MAXS, SUMS, ACCS, head, head >= 0, group, D, GROUP_P, BLOCK_T,
+                        SPLITS, MIN_CHUNK)
+    tl.store(OUT + head[:, None] * D + tl.arange(0, D)[None, :], out)
+
+
+@triton.jit
+def _attn_out_kernel(W, X, POS, MAXS, SUMS, ACCS, N, num_heads, group, D: tl.constexpr,
+                     GROUP_P: tl.constexpr, BLOCK_T: tl.constexpr, SPLITS: tl.constexpr,
+                     MIN_CHUNK: tl.constexpr, HEADS: tl.constexpr, BLOCK_N: tl.constexpr,
+                     EVEN: tl.constexpr, STREAM: tl.constexpr, PDL: tl.constexpr):
+    # x += W @ attention output (o_proj into the float32 residual), split along K by head: a
+    # program merges the splits of its HEADS heads itself, so the step has no merge kernel,
+    # and its whole weight tile is loaded before the wait, while attention still runs.
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_mask = rows < N
+    K = num_heads * D
+    w = _tile(W + rows.to(tl.int64)[:, None] * K, row_mask, tl.program_id(1) * HEADS * D, K,
+              HEADS * D, EVEN, STREAM)
+    _grid_sync(PDL)
+    heads = tl.program_id(1) * HEADS + tl.arange(0, HEADS)
+    attn = _merged_heads(POS, MAXS, SUMS, ACCS, heads, heads < num_heads, group, D, GROUP_P,
+                         BLOCK_T, SPLITS, MIN_CHUNK)
+    # Rounded to the weight dtype, as the GEMV input always is (transformers' o_proj input).
+    a = tl.reshape(attn, [HEADS * D]).to(W.dtype.element_ty).to(tl.float32)
+    tl.atomic_add(X + rows, tl.sum(w.to(tl.float32) * a[None, :], axis=1), mask=row_mask)
 
 
 @triton.jit
@@ -642,21 +642,10 @@ def matvec_add(x: torch.Tensor, a: torch.Tensor, w) -> None:
     _matvec(w, a, x, None, None, 0.0, 'matvec_add', accumulate=True)
 
 
-def _l2_bytes(w) -> torch.Tensor:
-    """Return the bytes of w worth pulling into L2 ahead of its GEMV (a 4-bit linear's codes)."""
-    t = w.codes if isinstance(w, PackedLinear) else w
-    return t.view(-1).view(torch.uint8)
-
-
-def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                   k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int,
-                   next_w=None) -> torch.Tensor:
-    """
-    Rotate q and k for position pos, store k and v at pos, attend over 0..pos with GQA.
-
-    qkv is the QKV GEMV's output [(Hq + 2 Hkv) D]; returns float32 [Hq * D]. next_w, the
-    weights the next kernel reads (o_proj), is pulled into L2 meanwhile (Hopper, PREFETCH).
-    """
+def _attention_splits(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor,
+                      sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                      num_heads: int) -> Tuple[tuple, dict]:
+    """Launch the split kernel; return its partials and the constexprs of their merge."""
     kv_heads, max_context, dim = k_cache.shape
     group = num_heads // kv_heads
     group_p = max(16, triton.next_power_of_2(group))   # tl.dot needs 16 rows
@@ -672,22 +661,43 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
     dot = tl.float32 if INTERPRET or k_cache.dtype == torch.float32 else (
         tl.bfloat16 if k_cache.dtype == torch.bfloat16 else tl.float16)
     precision = 'ieee' if dot == tl.float32 else 'tf32'  # ignored for 16-bit operands
-    pdl = _pdl(device)
-    num_warps = ATTENTION['num_warps']
-    # The bulk prefetch is a Hopper instruction: only where PDL (sm_90+) is on.
-    on = PREFETCH and next_w is not None and pdl['PDL']
-    lanes = 32 * num_warps if on and PREFETCH == 1 else 0
-    lanes_reduce = 128 if on and PREFETCH == 2 else 0
-    next_bytes = _l2_bytes(next_w) if on else qkv.view(torch.uint8)
-    prefetch = min(next_bytes.numel(), PREFETCH_LIMIT) if on else 0
+    merge = {'D': dim, 'GROUP_P': group_p, 'BLOCK_T': block_t, 'SPLITS': splits,
+             'MIN_CHUNK': min_chunk}
     _attn_split_kernel[(kv_heads, splits)](
-        qkv, k_cache, v_cache, pos, maxs, sums, accs, cos, sin, next_bytes, prefetch,
-        max_context, dim ** -0.5, group, num_heads, kv_heads, D=dim, GROUP_P=group_p,
-        BLOCK_T=block_t, SPLITS=splits, MIN_CHUNK=min_chunk, DOT=dot, PRECISION=precision,
-        PREFETCH_LANES=lanes, STREAM=_stream(), num_warps=num_warps, **pdl)
-    out = torch.empty(num_heads, dim, device=device, dtype=torch.float32)
-    _attn_reduce_kernel[(num_heads,)](
-        pos, maxs, sums, accs, out, next_bytes, prefetch, group, D=dim, GROUP_P=group_p,
-        BLOCK_T=block_t, SPLITS=splits, MIN_CHUNK=min_chunk, PREFETCH_LANES=lanes_reduce,
-        num_warps=4, **pdl)
+        qkv, k_cache, v_cache, pos, maxs, sums, accs, cos, sin, max_context, dim ** -0.5, group,
+        num_heads, kv_heads, DOT=dot, PRECISION=precision, num_warps=ATTENTION['num_warps'],
+        **merge, **_pdl(device))
+    return (pos, maxs, sums, accs), merge
+
+
+def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                   k_cache: torch.Tensor, v_cache: torch.Tensor,
+                   num_heads: int) -> torch.Tensor:
+    """
+    Rotate q and k for position pos, store k and v at pos, attend over 0..pos with GQA.
+
+    qkv is the QKV GEMV's output [(Hq + 2 Hkv) D]; returns float32 [Hq * D].
+    """
+    partials, merge = _attention_splits(qkv, pos, cos, sin, k_cache, v_cache, num_heads)
+    out = torch.empty(num_heads, merge['D'], device=qkv.device, dtype=torch.float32)
+    _attn_reduce_kernel[(num_heads,)](*partials, out, num_heads // k_cache.shape[0],
+                                      num_warps=4, **merge, **_pdl(qkv.device))
     return out.view(-1)
+
+
+def attention_add(x: torch.Tensor, qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor,
+                  sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                  num_heads: int, wo) -> None:
+    """Add wo @ rope_attention(...) into x in place (the attention block and its residual)."""
+    if isinstance(wo, PackedLinear) or not MERGE_IN_O_PROJ:
+        matvec_add(x, rope_attention(qkv, pos, cos, sin, k_cache, v_cache, num_heads), wo)
+        return
+    partials, merge = _attention_splits(qkv, pos, cos, sin, k_cache, v_cache, num_heads)
+    n = wo.shape[0]
+    heads, block_n = ATTENTION['out_heads'], ATTENTION['out_block_n']
+    if INTERPRET:
+        heads, block_n = 2, 16
+    _attn_out_kernel[(triton.cdiv(n, block_n), triton.cdiv(num_heads, heads))](
+        wo, x, *partials, n, num_heads, num_heads // k_cache.shape[0], HEADS=heads,
+        BLOCK_N=block_n, EVEN=n % block_n == 0 and num_heads % heads == 0, STREAM=_stream(),
+        num_warps=ATTENTION['out_warps'], **merge, **_pdl(x.device))

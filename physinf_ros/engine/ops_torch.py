@@ -74,13 +74,19 @@ def _decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
 
 
 def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                   k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int,
-                   next_w=None) -> torch.Tensor:
+                   k_cache: torch.Tensor, v_cache: torch.Tensor,
+                   num_heads: int) -> torch.Tensor:
     """
     Rotate q and k for position pos, store k and v at pos, attend over 0..pos with GQA.
 
-    qkv is the QKV GEMV's output [(Hq + 2 Hkv) D]; returns float32 [Hq * D]. next_w (the
-    kernels' L2 prefetch of the next weights) means nothing here.
+    qkv is the QKV GEMV's output [(Hq + 2 Hkv) D]; returns float32 [Hq * D].
     """
     q = _rope_and_cache(qkv, pos, cos, sin, k_cache, v_cache, num_heads)
     return _decode_attention(q, k_cache, v_cache, pos)
+
+
+def attention_add(x: torch.Tensor, qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor,
+                  sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                  num_heads: int, wo: torch.Tensor) -> None:
+    """Add wo @ rope_attention(...) into x in place (the attention block and its residual)."""
+    matvec_add(x, rope_attention(qkv, pos, cos, sin, k_cache, v_cache, num_heads), wo)
