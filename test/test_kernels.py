@@ -72,28 +72,6 @@ def test_rope_cache_and_attention(dtype, heads, kv_heads):
         assert rel(caches[1].v, caches[0].v) < TOL[dtype] / 3
 
 
-@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize('heads, kv_heads', [(4, 2), (9, 3)])
-def test_attention_add_merges_the_splits_in_o_proj(dtype, heads, kv_heads):
-    dim, max_context, hidden = 32, 300, 72   # 72 rows: a partial row block
-    config = ModelConfig('llama', 10, hidden, 8, 1, heads, kv_heads, dim, 1e-5, 10000.0)
-    cos, sin = rope_tables(config, max_context, DEVICE)
-    caches = [KVCache.allocate(config, max_context, DEVICE, dtype) for _ in range(2)]
-    for name in ('k', 'v'):
-        getattr(caches[0], name).copy_(rand(*caches[0].k.shape, dtype=dtype))
-        getattr(caches[1], name).copy_(getattr(caches[0], name))
-    wo = rand(hidden, heads * dim, dtype=dtype)
-    for length in (1, 17, 250):
-        pos = torch.tensor([length - 1], dtype=torch.int32, device=DEVICE)
-        qkv, x = rand((heads + 2 * kv_heads) * dim), rand(hidden)
-        expected = x.clone()
-        ops_torch.attention_add(expected, qkv, pos, cos, sin, caches[0].k[0], caches[0].v[0],
-                                heads, wo)
-        kernels.attention_add(x, qkv, pos, cos, sin, caches[1].k[0], caches[1].v[0], heads, wo)
-        assert rel(x, expected) < TOL[dtype]
-        assert rel(caches[1].v, caches[0].v) < TOL[dtype] / 3
-
-
 def test_whole_step_matches_the_torch_path():
     config = ModelConfig.from_hf(tiny_config('qwen2.5-7b'))
     weights = from_state_dict(config, synthetic_state_dict(config, DEVICE, torch.float32),

@@ -62,16 +62,15 @@ DEFAULT = {'rms_matvec': GemvConfig(8, 512, 1, 4), 'gate_up': GemvConfig(8, 256,
            # 4-bit GEMVs tile [block_k inputs, block_n outputs] of GPTQ's [K / 8, N] codes.
            'rms_matvec_q4': GemvConfig(32, 256, 1, 4), 'gate_up_q4': GemvConfig(32, 256, 1, 4),
            'matvec_add_q4': GemvConfig(64, 256, 4, 4)}
-# Attention launch shape: at most SPLITS programs per kv head, each over >= MIN_CHUNK keys;
-# o_proj (with the merge of the splits) as OUT_HEADS heads' columns by OUT_BLOCK_N rows per
-# program.
-ATTENTION = {'splits': 32, 'min_chunk': 128, 'block_t': 64, 'num_warps': 4,
-             'out_heads': 4, 'out_block_n': 64, 'out_warps': 8}
-# bf16 o_proj merges the attention splits itself (else: a merge kernel, then matvec_add).
-MERGE_IN_O_PROJ = True
+# Attention launch shape: at most SPLITS programs per kv head, each over >= MIN_CHUNK keys.
+ATTENTION = {'splits': 32, 'min_chunk': 128, 'block_t': 64, 'num_warps': 4}
 # Weights are read once per step: loaded as first to leave L2, so that they do not push out
 # what is read again (the residual, inputs, attention partials).
 EVICT_FIRST = True
+# Experiments: weight tiles loaded ahead (1 or 2); attention kernels let the next kernel launch
+# before their own wait.
+AHEAD = 1
+EARLY_LAUNCH = False
 
 
 def apply_tuning(tuning: dict) -> None:
@@ -168,7 +167,7 @@ def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
                    HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, ACCUMULATE: tl.constexpr,
                    HAS_ARGMAX: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                    SPLIT_K: tl.constexpr, EVEN: tl.constexpr, STREAM: tl.constexpr,
-                   PDL: tl.constexpr):
+                   AHEAD: tl.constexpr, PDL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     k_len = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
@@ -177,14 +176,20 @@ def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
     w_rows = W + rows.to(tl.int64)[:, None] * K
     # Weights never depend on the previous kernel: the first tile is in flight before the wait.
     w_next = _tile(w_rows, row_mask, k_start, k_end, BLOCK_K, EVEN, STREAM)
+    if AHEAD == 2:
+        w_next2 = _tile(w_rows, row_mask, k_start + BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
     _grid_sync(PDL)
     rstd = 1.0
     if HAS_NORM:
         rstd = _rstd(X, K, eps, BLOCK_K)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for k0 in range(k_start, k_end, BLOCK_K):
-        w = w_next   # keep 2 tiles in flight
-        w_next = _tile(w_rows, row_mask, k0 + BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
+        w = w_next   # keep AHEAD + 1 tiles in flight
+        if AHEAD == 2:
+            w_next = w_next2
+            w_next2 = _tile(w_rows, row_mask, k0 + 2 * BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
+        else:
+            w_next = _tile(w_rows, row_mask, k0 + BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
         x = _input(X, NORM, cols, cols < k_end, rstd, HAS_NORM, W.dtype.element_ty, EVEN)
         acc += w.to(tl.float32) * x[None, :]
@@ -209,21 +214,30 @@ def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
 
 @triton.jit
 def _gate_up_kernel(W, X, Y, NORM, N, K, eps, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    EVEN: tl.constexpr, STREAM: tl.constexpr, PDL: tl.constexpr):
+                    EVEN: tl.constexpr, STREAM: tl.constexpr, AHEAD: tl.constexpr,
+                    PDL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     gate_rows = W + rows.to(tl.int64)[:, None] * K
     up_rows = gate_rows + N * K
     gate_next = _tile(gate_rows, row_mask, 0, K, BLOCK_K, EVEN, STREAM)
     up_next = _tile(up_rows, row_mask, 0, K, BLOCK_K, EVEN, STREAM)
+    if AHEAD == 2:
+        gate_next2 = _tile(gate_rows, row_mask, BLOCK_K, K, BLOCK_K, EVEN, STREAM)
+        up_next2 = _tile(up_rows, row_mask, BLOCK_K, K, BLOCK_K, EVEN, STREAM)
     _grid_sync(PDL)
     rstd = _rstd(X, K, eps, BLOCK_K)
     acc_gate = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         w_gate, w_up = gate_next, up_next
-        gate_next = _tile(gate_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
-        up_next = _tile(up_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
+        if AHEAD == 2:
+            gate_next, up_next = gate_next2, up_next2
+            gate_next2 = _tile(gate_rows, row_mask, k0 + 2 * BLOCK_K, K, BLOCK_K, EVEN, STREAM)
+            up_next2 = _tile(up_rows, row_mask, k0 + 2 * BLOCK_K, K, BLOCK_K, EVEN, STREAM)
+        else:
+            gate_next = _tile(gate_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
+            up_next = _tile(up_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
         x = _input(X, NORM, cols, cols < K, rstd, True, W.dtype.element_ty, EVEN)[None, :]
         acc_gate += w_gate.to(tl.float32) * x
@@ -439,10 +453,13 @@ def _rotated(X, rows, row_mask, pos, COS, SIN, D: tl.constexpr, DTYPE: tl.conste
 def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, max_context, scale,
                        group, num_heads, kv_heads, D: tl.constexpr, GROUP_P: tl.constexpr,
                        BLOCK_T: tl.constexpr, SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr,
-                       DOT: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
+                       DOT: tl.constexpr, PRECISION: tl.constexpr, EARLY: tl.constexpr,
+                       PDL: tl.constexpr):
     # Each program rotates its group's queries itself, and the split that holds the new
     # position rotates its key and stores key and value in the cache before it reads: RoPE
     # and the cache write cost no kernel of their own.
+    if PDL and EARLY:
+        gdc_launch_dependents()   # the next kernels can be resident, loading weights, meanwhile
     _grid_sync(PDL)   # in every program, also those with no keys: the chain of waits must hold
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
@@ -493,57 +510,24 @@ def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, max_context
 
 
 @triton.jit
-def _merged_heads(POS, MAXS, SUMS, ACCS, heads, head_mask, group, D: tl.constexpr,
-                  GROUP_P: tl.constexpr, BLOCK_T: tl.constexpr, SPLITS: tl.constexpr,
-                  MIN_CHUNK: tl.constexpr):
-    # Attention output [len(heads), D] from the split kernel's partials: each split's sums
-    # scaled by exp(its max - the head's max), over the scaled denominators. All splits of
-    # all heads are loaded at once: no chain of dependent loads.
+def _attn_reduce_kernel(POS, MAXS, SUMS, ACCS, OUT, group, D: tl.constexpr,
+                        GROUP_P: tl.constexpr, BLOCK_T: tl.constexpr, SPLITS: tl.constexpr,
+                        MIN_CHUNK: tl.constexpr, EARLY: tl.constexpr, PDL: tl.constexpr):
+    if PDL and EARLY:
+        gdc_launch_dependents()
+    _grid_sync(PDL)
+    head = tl.program_id(0)
     length = tl.load(POS).to(tl.int32) + 1
     active = tl.cdiv(length, _chunk(length, SPLITS, MIN_CHUNK, BLOCK_T))
     s = tl.arange(0, SPLITS)
-    mask = head_mask[:, None] & (s < active)[None, :]
-    index = ((heads // group)[:, None] * SPLITS + s[None, :]) * GROUP_P + (heads % group)[:, None]
-    m = tl.load(MAXS + index, mask=mask, other=float('-inf'))
-    top = tl.maximum(tl.max(m, axis=1), -3.0e38)   # finite for masked heads: no NaN
-    weight = tl.where(mask, tl.exp(m - top[:, None]), 0.0)
-    total = tl.sum(tl.load(SUMS + index, mask=mask, other=0.0) * weight, axis=1)
-    acc = tl.load(ACCS + index[:, :, None] * D + tl.arange(0, D)[None, None, :],
-                  mask=mask[:, :, None], other=0.0)
-    return tl.sum(acc * weight[:, :, None], axis=1) / tl.where(head_mask, total, 1.0)[:, None]
-
-
-@triton.jit
-def _attn_reduce_kernel(POS, MAXS, SUMS, ACCS, OUT, group, D: tl.constexpr,
-                        GROUP_P: tl.constexpr, BLOCK_T: tl.constexpr, SPLITS: tl.constexpr,
-                        MIN_CHUNK: tl.constexpr, PDL: tl.constexpr):
-    _grid_sync(PDL)
-    head = tl.program_id(0) + tl.arange(0, 1)
-    out = _merged_heads(POS, MAXS, SUMS, ACCS, head, head >= 0, group, D, GROUP_P, BLOCK_T,
-                        SPLITS, MIN_CHUNK)
-    tl.store(OUT + head[:, None] * D + tl.arange(0, D)[None, :], out)
-
-
-@triton.jit
-def _attn_out_kernel(W, X, POS, MAXS, SUMS, ACCS, N, num_heads, group, D: tl.constexpr,
-                     GROUP_P: tl.constexpr, BLOCK_T: tl.constexpr, SPLITS: tl.constexpr,
-                     MIN_CHUNK: tl.constexpr, HEADS: tl.constexpr, BLOCK_N: tl.constexpr,
-                     EVEN: tl.constexpr, STREAM: tl.constexpr, PDL: tl.constexpr):
-    # x += W @ attention output (o_proj into the float32 residual), split along K by head: a
-    # program merges the splits of its HEADS heads itself, so the step has no merge kernel,
-    # and its whole weight tile is loaded before the wait, while attention still runs.
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_mask = rows < N
-    K = num_heads * D
-    w = _tile(W + rows.to(tl.int64)[:, None] * K, row_mask, tl.program_id(1) * HEADS * D, K,
-              HEADS * D, EVEN, STREAM)
-    _grid_sync(PDL)
-    heads = tl.program_id(1) * HEADS + tl.arange(0, HEADS)
-    attn = _merged_heads(POS, MAXS, SUMS, ACCS, heads, heads < num_heads, group, D, GROUP_P,
-                         BLOCK_T, SPLITS, MIN_CHUNK)
-    # Rounded to the weight dtype, as the GEMV input always is (transformers' o_proj input).
-    a = tl.reshape(attn, [HEADS * D]).to(W.dtype.element_ty).to(tl.float32)
-    tl.atomic_add(X + rows, tl.sum(w.to(tl.float32) * a[None, :], axis=1), mask=row_mask)
+    s_mask = s < active
+    d = tl.arange(0, D)
+    index = ((head // group) * SPLITS + s) * GROUP_P + head % group
+    m = tl.load(MAXS + index, mask=s_mask, other=float('-inf'))
+    weight = tl.exp(m - tl.max(m, axis=0))
+    total = tl.sum(tl.load(SUMS + index, mask=s_mask, other=0.0) * weight, axis=0)
+    acc = tl.load(ACCS + index[:, None] * D + d[None, :], mask=s_mask[:, None], other=0.0)
+    tl.store(OUT + head * D + d, tl.sum(acc * weight[:, None], axis=0) / total)
 
 
 @triton.jit
@@ -571,7 +555,7 @@ def _matvec(w, x, y, norm_w, bias, eps, kind, accumulate=False, argmax=None):
         argmax if argmax is not None else y, n, k, eps, HAS_NORM=norm_w is not None,
         HAS_BIAS=bias is not None, ACCUMULATE=accumulate, HAS_ARGMAX=argmax is not None,
         BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=split_k, EVEN=_even(n, k, cfg),
-        STREAM=_stream(), num_warps=cfg.num_warps, **_pdl(x.device))
+        STREAM=_stream(), AHEAD=AHEAD, num_warps=cfg.num_warps, **_pdl(x.device))
 
 
 # 4-bit GEMVs of 16-bit models in packed fp16 arithmetic (_HALF2_DOT), else float32 (exact
@@ -633,7 +617,8 @@ def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up,
     cfg = _config('gate_up', n, k)
     _gate_up_kernel[(triton.cdiv(n, cfg.block_n),)](
         w_gate_up, x, y, norm_w, n, k, eps, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        EVEN=_even(n, k, cfg), STREAM=_stream(), num_warps=cfg.num_warps, **_pdl(x.device))
+        EVEN=_even(n, k, cfg), STREAM=_stream(), AHEAD=AHEAD, num_warps=cfg.num_warps,
+        **_pdl(x.device))
     return y
 
 
@@ -642,10 +627,14 @@ def matvec_add(x: torch.Tensor, a: torch.Tensor, w) -> None:
     _matvec(w, a, x, None, None, 0.0, 'matvec_add', accumulate=True)
 
 
-def _attention_splits(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor,
-                      sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                      num_heads: int) -> Tuple[tuple, dict]:
-    """Launch the split kernel; return its partials and the constexprs of their merge."""
+def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                   k_cache: torch.Tensor, v_cache: torch.Tensor,
+                   num_heads: int) -> torch.Tensor:
+    """
+    Rotate q and k for position pos, store k and v at pos, attend over 0..pos with GQA.
+
+    qkv is the QKV GEMV's output [(Hq + 2 Hkv) D]; returns float32 [Hq * D].
+    """
     kv_heads, max_context, dim = k_cache.shape
     group = num_heads // kv_heads
     group_p = max(16, triton.next_power_of_2(group))   # tl.dot needs 16 rows
@@ -661,43 +650,14 @@ def _attention_splits(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor,
     dot = tl.float32 if INTERPRET or k_cache.dtype == torch.float32 else (
         tl.bfloat16 if k_cache.dtype == torch.bfloat16 else tl.float16)
     precision = 'ieee' if dot == tl.float32 else 'tf32'  # ignored for 16-bit operands
-    merge = {'D': dim, 'GROUP_P': group_p, 'BLOCK_T': block_t, 'SPLITS': splits,
-             'MIN_CHUNK': min_chunk}
+    pdl = _pdl(device)
     _attn_split_kernel[(kv_heads, splits)](
         qkv, k_cache, v_cache, pos, maxs, sums, accs, cos, sin, max_context, dim ** -0.5, group,
-        num_heads, kv_heads, DOT=dot, PRECISION=precision, num_warps=ATTENTION['num_warps'],
-        **merge, **_pdl(device))
-    return (pos, maxs, sums, accs), merge
-
-
-def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                   k_cache: torch.Tensor, v_cache: torch.Tensor,
-                   num_heads: int) -> torch.Tensor:
-    """
-    Rotate q and k for position pos, store k and v at pos, attend over 0..pos with GQA.
-
-    qkv is the QKV GEMV's output [(Hq + 2 Hkv) D]; returns float32 [Hq * D].
-    """
-    partials, merge = _attention_splits(qkv, pos, cos, sin, k_cache, v_cache, num_heads)
-    out = torch.empty(num_heads, merge['D'], device=qkv.device, dtype=torch.float32)
-    _attn_reduce_kernel[(num_heads,)](*partials, out, num_heads // k_cache.shape[0],
-                                      num_warps=4, **merge, **_pdl(qkv.device))
+        num_heads, kv_heads, D=dim, GROUP_P=group_p, BLOCK_T=block_t, SPLITS=splits,
+        MIN_CHUNK=min_chunk, DOT=dot, PRECISION=precision, EARLY=EARLY_LAUNCH,
+        num_warps=ATTENTION['num_warps'], **pdl)
+    out = torch.empty(num_heads, dim, device=device, dtype=torch.float32)
+    _attn_reduce_kernel[(num_heads,)](
+        pos, maxs, sums, accs, out, group, D=dim, GROUP_P=group_p, BLOCK_T=block_t,
+        SPLITS=splits, MIN_CHUNK=min_chunk, EARLY=EARLY_LAUNCH, num_warps=4, **pdl)
     return out.view(-1)
-
-
-def attention_add(x: torch.Tensor, qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor,
-                  sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                  num_heads: int, wo) -> None:
-    """Add wo @ rope_attention(...) into x in place (the attention block and its residual)."""
-    if isinstance(wo, PackedLinear) or not MERGE_IN_O_PROJ:
-        matvec_add(x, rope_attention(qkv, pos, cos, sin, k_cache, v_cache, num_heads), wo)
-        return
-    partials, merge = _attention_splits(qkv, pos, cos, sin, k_cache, v_cache, num_heads)
-    n = wo.shape[0]
-    heads, block_n = ATTENTION['out_heads'], ATTENTION['out_block_n']
-    if INTERPRET:
-        heads, block_n = 2, 16
-    _attn_out_kernel[(triton.cdiv(n, block_n), triton.cdiv(num_heads, heads))](
-        wo, x, *partials, n, num_heads, num_heads // k_cache.shape[0], HEADS=heads,
-        BLOCK_N=block_n, EVEN=n % block_n == 0 and num_heads % heads == 0, STREAM=_stream(),
-        num_warps=ATTENTION['out_warps'], **merge, **_pdl(x.device))

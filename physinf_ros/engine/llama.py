@@ -331,8 +331,9 @@ def decode_layers(w: Weights, cache: KVCache, token: torch.Tensor, pos: torch.Te
     x = w.embed.index_select(0, token).float().view(-1)            # [H] residual
     for i, layer in enumerate(w.layers):
         qkv = ops.rms_matvec(x, layer.attn_norm, layer.wqkv, layer.bqkv, c.rms_norm_eps)
-        # RoPE on q and k, k and v stored at pos, x += wo @ attention over 0..pos.
-        ops.attention_add(x, qkv, pos, cos, sin, cache.k[i], cache.v[i], c.num_heads, layer.wo)
+        # RoPE on q and k, k and v stored at pos, attention over 0..pos.
+        attn = ops.rope_attention(qkv, pos, cos, sin, cache.k[i], cache.v[i], c.num_heads)
+        ops.matvec_add(x, attn, layer.wo)                          # x += wo @ attn
         h = ops.rms_gate_up_silu(x, layer.mlp_norm, layer.w_gate_up, c.rms_norm_eps)
         ops.matvec_add(x, h, layer.w_down)                         # x += w_down @ h
     return x

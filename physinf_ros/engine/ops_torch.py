@@ -83,10 +83,3 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
     """
     q = _rope_and_cache(qkv, pos, cos, sin, k_cache, v_cache, num_heads)
     return _decode_attention(q, k_cache, v_cache, pos)
-
-
-def attention_add(x: torch.Tensor, qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor,
-                  sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                  num_heads: int, wo: torch.Tensor) -> None:
-    """Add wo @ rope_attention(...) into x in place (the attention block and its residual)."""
-    matvec_add(x, rope_attention(qkv, pos, cos, sin, k_cache, v_cache, num_heads), wo)
