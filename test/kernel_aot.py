@@ -32,12 +32,12 @@ def variants():
         for norm, acc, argmax, split in ((True, False, True, 1), (False, True, False, 2)):
             consts = {'HAS_NORM': norm, 'HAS_BIAS': norm, 'ACCUMULATE': acc,
                       'HAS_ARGMAX': argmax, 'BLOCK_N': 8, 'BLOCK_K': 1024, 'SPLIT_K': split,
-                      'EVEN': even, 'STREAM': 'evict_first', 'AHEAD': 2, 'PDL': True}
+                      'EVEN': even, 'STREAM': 'evict_first', 'PDL': True}
             out.append((kernels._matvec_kernel, GEMV, consts))
         out.append((kernels._gate_up_kernel, {k: GEMV[k] for k in ('W', 'X', 'Y', 'NORM', 'N',
                                                                    'K', 'eps')},
                     {'BLOCK_N': 4, 'BLOCK_K': 512, 'EVEN': even, 'STREAM': 'evict_first',
-                     'AHEAD': 2, 'PDL': True}))
+                     'PDL': True}))
     q4 = {'QW': '*i32', 'S': '*fp16', 'Z': '*u8', 'X': F32, 'Y': F32, 'NORM': BF, 'BIAS': BF,
           'N': 'i32', 'K': 'i32', 'N_ALL': 'i32', 'eps': 'fp32', 'MAGIC': 'i32'}
     for even in (True, False):
@@ -55,10 +55,10 @@ def variants():
                 {'QKV': F32, 'KC': BF, 'VC': BF, 'POS': '*i32', 'MAXS': F32, 'SUMS': F32,
                  'ACCS': F32, 'COS': F32, 'SIN': F32, 'max_context': 'i32', 'scale': 'fp32',
                  'group': 'i32', 'num_heads': 'i32', 'kv_heads': 'i32'},
-                {**attention, 'DOT': tl.bfloat16, 'PRECISION': 'tf32', 'EARLY': True}))
+                {**attention, 'DOT': tl.bfloat16, 'PRECISION': 'tf32'}))
     out.append((kernels._attn_reduce_kernel,
                 {'POS': '*i32', 'MAXS': F32, 'SUMS': F32, 'ACCS': F32, 'OUT': F32,
-                 'group': 'i32'}, {**attention, 'EARLY': True}))
+                 'group': 'i32'}, attention))
     out.append((kernels._greedy_finish_kernel, {'PACKED': '*i64', 'TOKEN': '*i64',
                                                 'POS': '*i32'}, {'PDL': True}))
     return out

@@ -67,10 +67,6 @@ ATTENTION = {'splits': 32, 'min_chunk': 128, 'block_t': 64, 'num_warps': 4}
 # Weights are read once per step: loaded as first to leave L2, so that they do not push out
 # what is read again (the residual, inputs, attention partials).
 EVICT_FIRST = True
-# Experiments: weight tiles loaded ahead (1 or 2); attention kernels let the next kernel launch
-# before their own wait.
-AHEAD = 1
-EARLY_LAUNCH = False
 
 
 def apply_tuning(tuning: dict) -> None:
@@ -167,7 +163,7 @@ def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
                    HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, ACCUMULATE: tl.constexpr,
                    HAS_ARGMAX: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                    SPLIT_K: tl.constexpr, EVEN: tl.constexpr, STREAM: tl.constexpr,
-                   AHEAD: tl.constexpr, PDL: tl.constexpr):
+                   PDL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     k_len = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
@@ -176,20 +172,14 @@ def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
     w_rows = W + rows.to(tl.int64)[:, None] * K
     # Weights never depend on the previous kernel: the first tile is in flight before the wait.
     w_next = _tile(w_rows, row_mask, k_start, k_end, BLOCK_K, EVEN, STREAM)
-    if AHEAD == 2:
-        w_next2 = _tile(w_rows, row_mask, k_start + BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
     _grid_sync(PDL)
     rstd = 1.0
     if HAS_NORM:
         rstd = _rstd(X, K, eps, BLOCK_K)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for k0 in range(k_start, k_end, BLOCK_K):
-        w = w_next   # keep AHEAD + 1 tiles in flight
-        if AHEAD == 2:
-            w_next = w_next2
-            w_next2 = _tile(w_rows, row_mask, k0 + 2 * BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
-        else:
-            w_next = _tile(w_rows, row_mask, k0 + BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
+        w = w_next   # keep 2 tiles in flight
+        w_next = _tile(w_rows, row_mask, k0 + BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
         x = _input(X, NORM, cols, cols < k_end, rstd, HAS_NORM, W.dtype.element_ty, EVEN)
         acc += w.to(tl.float32) * x[None, :]
@@ -214,30 +204,21 @@ def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
 
 @triton.jit
 def _gate_up_kernel(W, X, Y, NORM, N, K, eps, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    EVEN: tl.constexpr, STREAM: tl.constexpr, AHEAD: tl.constexpr,
-                    PDL: tl.constexpr):
+                    EVEN: tl.constexpr, STREAM: tl.constexpr, PDL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     gate_rows = W + rows.to(tl.int64)[:, None] * K
     up_rows = gate_rows + N * K
     gate_next = _tile(gate_rows, row_mask, 0, K, BLOCK_K, EVEN, STREAM)
     up_next = _tile(up_rows, row_mask, 0, K, BLOCK_K, EVEN, STREAM)
-    if AHEAD == 2:
-        gate_next2 = _tile(gate_rows, row_mask, BLOCK_K, K, BLOCK_K, EVEN, STREAM)
-        up_next2 = _tile(up_rows, row_mask, BLOCK_K, K, BLOCK_K, EVEN, STREAM)
     _grid_sync(PDL)
     rstd = _rstd(X, K, eps, BLOCK_K)
     acc_gate = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         w_gate, w_up = gate_next, up_next
-        if AHEAD == 2:
-            gate_next, up_next = gate_next2, up_next2
-            gate_next2 = _tile(gate_rows, row_mask, k0 + 2 * BLOCK_K, K, BLOCK_K, EVEN, STREAM)
-            up_next2 = _tile(up_rows, row_mask, k0 + 2 * BLOCK_K, K, BLOCK_K, EVEN, STREAM)
-        else:
-            gate_next = _tile(gate_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
-            up_next = _tile(up_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
+        gate_next = _tile(gate_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
+        up_next = _tile(up_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
         x = _input(X, NORM, cols, cols < K, rstd, True, W.dtype.element_ty, EVEN)[None, :]
         acc_gate += w_gate.to(tl.float32) * x
@@ -453,13 +434,10 @@ def _rotated(X, rows, row_mask, pos, COS, SIN, D: tl.constexpr, DTYPE: tl.conste
 def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, max_context, scale,
                        group, num_heads, kv_heads, D: tl.constexpr, GROUP_P: tl.constexpr,
                        BLOCK_T: tl.constexpr, SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr,
-                       DOT: tl.constexpr, PRECISION: tl.constexpr, EARLY: tl.constexpr,
-                       PDL: tl.constexpr):
+                       DOT: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
     # Each program rotates its group's queries itself, and the split that holds the new
     # position rotates its key and stores key and value in the cache before it reads: RoPE
     # and the cache write cost no kernel of their own.
-    if PDL and EARLY:
-        gdc_launch_dependents()   # the next kernels can be resident, loading weights, meanwhile
     _grid_sync(PDL)   # in every program, also those with no keys: the chain of waits must hold
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
@@ -512,9 +490,7 @@ def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, max_context
 @triton.jit
 def _attn_reduce_kernel(POS, MAXS, SUMS, ACCS, OUT, group, D: tl.constexpr,
                         GROUP_P: tl.constexpr, BLOCK_T: tl.constexpr, SPLITS: tl.constexpr,
-                        MIN_CHUNK: tl.constexpr, EARLY: tl.constexpr, PDL: tl.constexpr):
-    if PDL and EARLY:
-        gdc_launch_dependents()
+                        MIN_CHUNK: tl.constexpr, PDL: tl.constexpr):
     _grid_sync(PDL)
     head = tl.program_id(0)
     length = tl.load(POS).to(tl.int32) + 1
@@ -555,7 +531,7 @@ def _matvec(w, x, y, norm_w, bias, eps, kind, accumulate=False, argmax=None):
         argmax if argmax is not None else y, n, k, eps, HAS_NORM=norm_w is not None,
         HAS_BIAS=bias is not None, ACCUMULATE=accumulate, HAS_ARGMAX=argmax is not None,
         BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=split_k, EVEN=_even(n, k, cfg),
-        STREAM=_stream(), AHEAD=AHEAD, num_warps=cfg.num_warps, **_pdl(x.device))
+        STREAM=_stream(), num_warps=cfg.num_warps, **_pdl(x.device))
 
 
 # 4-bit GEMVs of 16-bit models in packed fp16 arithmetic (_HALF2_DOT), else float32 (exact
@@ -617,8 +593,7 @@ def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up,
     cfg = _config('gate_up', n, k)
     _gate_up_kernel[(triton.cdiv(n, cfg.block_n),)](
         w_gate_up, x, y, norm_w, n, k, eps, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        EVEN=_even(n, k, cfg), STREAM=_stream(), AHEAD=AHEAD, num_warps=cfg.num_warps,
-        **_pdl(x.device))
+        EVEN=_even(n, k, cfg), STREAM=_stream(), num_warps=cfg.num_warps, **_pdl(x.device))
     return y
 
 
@@ -654,10 +629,10 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
     _attn_split_kernel[(kv_heads, splits)](
         qkv, k_cache, v_cache, pos, maxs, sums, accs, cos, sin, max_context, dim ** -0.5, group,
         num_heads, kv_heads, D=dim, GROUP_P=group_p, BLOCK_T=block_t, SPLITS=splits,
-        MIN_CHUNK=min_chunk, DOT=dot, PRECISION=precision, EARLY=EARLY_LAUNCH,
-        num_warps=ATTENTION['num_warps'], **pdl)
+        MIN_CHUNK=min_chunk, DOT=dot, PRECISION=precision, num_warps=ATTENTION['num_warps'],
+        **pdl)
     out = torch.empty(num_heads, dim, device=device, dtype=torch.float32)
     _attn_reduce_kernel[(num_heads,)](
         pos, maxs, sums, accs, out, group, D=dim, GROUP_P=group_p, BLOCK_T=block_t,
-        SPLITS=splits, MIN_CHUNK=min_chunk, EARLY=EARLY_LAUNCH, num_warps=4, **pdl)
+        SPLITS=splits, MIN_CHUNK=min_chunk, num_warps=4, **pdl)
     return out.view(-1)
