@@ -14,7 +14,8 @@ GPTQ 4-bit linears (PackedLinear) take the same roles through _q4_gemv_kernel, w
 GPTQ's own layout. `pos` is read on the device, so one captured graph serves every position.
 On Hopper every kernel is launched with programmatic dependent launch (PDL): it is scheduled
 while its predecessor drains, reads its first weight tile, and only then waits for the
-predecessor's results, which hides most of the gap between the ~230 kernels of a step. With
+predecessor's results, which hides most of the gap between the ~200 kernels of a step. Weight
+loads carry the evict-first L2 hint: every weight is read once per step. With
 TRITON_INTERPRET=1 the same kernels run on the CPU, which is how CI checks them.
 """
 
