@@ -114,7 +114,7 @@ def main(argv=None):
     parser.add_argument('--kernel-flag', action='append', default=[], metavar='NAME=VALUE',
                         help='set a switch (0|1) or a number of physinf_ros.engine.kernels, or '
                              'an entry of one of its tables, for an A/B (e.g. HALF2=0: 4-bit '
-                             'GEMVs in float32 arithmetic; ATTENTION.out_heads=2)')
+                             'GEMVs in float32 arithmetic; ATTENTION.splits=16)')
     parser.add_argument('--skip-check', action='store_true')
     parser.add_argument('--out', required=True)
     args = parser.parse_args(argv)

@@ -279,7 +279,7 @@ class PackedLinear:
     def nbytes(self) -> int:
         """Bytes one GEMV reads: codes, scales and (if any) zeros."""
         parts = [self.codes, self.scales] + ([self.zeros] if self.zeros is not None else [])
-        return sum(t.numel() * t.element_size() for t in parts)
+        return sum(t.nbytes for t in parts)
 
     def dense(self, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
         """Return the float weight [N, K], exact in float32, in dtype (default: the model's)."""

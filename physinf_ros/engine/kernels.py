@@ -623,8 +623,7 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
     sums = torch.empty_like(maxs)
     accs = torch.empty(kv_heads * splits * group_p, dim, device=device, dtype=torch.float32)
     # Matrix units in the cache dtype; a float32 cache gets full float32 products, not TF32.
-    dot = tl.float32 if INTERPRET or k_cache.dtype == torch.float32 else (
-        tl.bfloat16 if k_cache.dtype == torch.bfloat16 else tl.float16)
+    dot = tl.float32 if INTERPRET else _TL_DTYPES[k_cache.dtype]
     precision = 'ieee' if dot == tl.float32 else 'tf32'  # ignored for 16-bit operands
     pdl = _pdl(device)
     _attn_split_kernel[(kv_heads, splits)](
