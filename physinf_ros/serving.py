@@ -26,13 +26,15 @@ class Request:
     steps: int = 0                         # decode steps done so far
     steps_at_cancel: Optional[int] = None  # steps done when the cancel arrived
     cancelled_at: Optional[float] = None   # time.monotonic() of the cancel
+    cancel_detail: str = ''                # why, when not a client's cancel
     _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
 
-    def cancel(self) -> None:
-        """Ask the request to stop; the first call records when (in steps and time)."""
+    def cancel(self, detail: str = '') -> None:
+        """Ask the request to stop; the first call records when (in steps and time) and why."""
         if not self._cancel.is_set():
             self.steps_at_cancel = self.steps
             self.cancelled_at = time.monotonic()
+            self.cancel_detail = detail
             self._cancel.set()
 
     @property
@@ -78,6 +80,13 @@ class RequestQueue:
         """Mark the current request as ended."""
         with self._ready:
             self.current = None
+            self._ready.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no request runs or waits; False if that took longer than timeout s."""
+        with self._ready:
+            return self._ready.wait_for(lambda: self.current is None and not self._waiting,
+                                        timeout)
 
     def snapshot(self) -> Tuple[Optional[Request], List[Request]]:
         """Return the current request and those waiting (oldest first) at one instant."""

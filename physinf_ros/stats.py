@@ -3,7 +3,7 @@
 from collections import deque
 import math
 import threading
-from typing import Dict, Iterable, Sequence, Tuple
+from typing import Dict, Iterable, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -37,6 +37,32 @@ class LatencyWindow:
         return {'p50': p50, 'p90': percentile(values, 90), 'p99': percentile(values, 99),
                 'tokens_per_s': 1000.0 / p50 if values and p50 > 0 else float('nan'),
                 'count': len(values)}
+
+
+class TokenIntervals:
+    """
+    Milliseconds between consecutive token publishes of a request: what a subscriber gets.
+
+    Filled by the thread that publishes; start() at each request, so the wait between two
+    replies is never counted as an interval.
+    """
+
+    def __init__(self, size: int = 512):
+        self._window = LatencyWindow(size)
+        self._last: Optional[float] = None
+
+    def start(self) -> None:
+        self._last = None
+
+    def tick(self, now: float) -> None:
+        """Record a publish at time.monotonic() now."""
+        if self._last is not None:
+            self._window.add((now - self._last) * 1000.0)
+        self._last = now
+
+    def summary(self) -> Dict[str, float]:
+        """p50/p90/p99 interval ms and the token rate they imply, as LatencyWindow.summary."""
+        return self._window.summary()
 
 
 def bootstrap_ratio_ci(a: Sequence[float], b: Sequence[float], confidence: float = 0.95,

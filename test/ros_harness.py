@@ -1,6 +1,7 @@
 """A decoder_node in its own process, and a test node that talks to it over real ROS 2."""
 
 import json
+import os
 from pathlib import Path
 import signal
 import subprocess
@@ -9,8 +10,8 @@ import time
 
 from diagnostic_msgs.msg import DiagnosticArray
 from installed import installed_command  # noqa: F401 - re-exported for the node tests
-from physinf_ros.nodes.decoder_node import (DIAGNOSTICS_QOS, EVENTS_QOS, LATENCY_QOS,
-                                            TOKENS_QOS)
+from physinf_ros.nodes.common import DIAGNOSTICS_QOS, LATENCY_QOS
+from physinf_ros.nodes.decoder_node import EVENTS_QOS, TOKENS_QOS
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 import rclpy
@@ -18,6 +19,11 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from std_msgs.msg import Float64, String
 from std_srvs.srv import Trigger
+
+
+# Where the nodes under test decode: the CPU on CI; `cuda` on the GPU machine
+# (benchmarks/run_device.sh nodetests), where auto then picks the graphed backend.
+TEST_DEVICE = os.environ.get('PHYSINF_TEST_DEVICE', 'cpu')
 
 
 class NodeProcess:

@@ -9,7 +9,7 @@ import threading
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from physinf_ros.bench import results
 from physinf_ros.nodes.benchmark_node import EVENTS_QOS, RESULT_QOS
-from physinf_ros.nodes.decoder_node import DIAGNOSTICS_QOS, LATENCY_QOS
+from physinf_ros.nodes.common import DIAGNOSTICS_QOS, LATENCY_QOS
 import pytest
 from rcl_interfaces.srv import SetParameters
 from rclpy.node import Node

@@ -1,20 +1,23 @@
 """decoder_node as its own process, driven over real ROS 2 topics and services."""
 
+import json
 import os
+import subprocess
 import time
 
 import pytest
-from ros_harness import serving_decoder
+from ros_harness import installed_command, serving_decoder, TEST_DEVICE
 from std_srvs.srv import Trigger
 
 NAMESPACE = f'/it{os.getpid()}'
+SETTINGS = {'max_new_tokens': 48, 'max_context': 1024, 'device': TEST_DEVICE}
+CUDA = TEST_DEVICE.startswith('cuda')
 
 
 @pytest.fixture(scope='module')
 def harness(tmp_path_factory):
     log = tmp_path_factory.mktemp('decoder') / 'decoder.log'
-    yield from serving_decoder(NAMESPACE, log, max_new_tokens=48, max_context=1024,
-                               device='cpu')
+    yield from serving_decoder(NAMESPACE, log, **SETTINGS)
 
 
 def test_reply_streams_as_tokens_then_response(harness):
@@ -44,14 +47,47 @@ def test_diagnostics_come_from_the_decoder(harness):
     mark = harness.probe.mark()
     status = harness.wait_for(lambda: harness.probe.since(mark, 'diagnostics'), 5,
                               'diagnostics')[-1]
-    assert status['backend'] == 'eager' and status['device'] == 'cpu'   # auto, on a CPU
+    # auto picks graphed on CUDA, eager on a CPU.
+    assert status['backend'] == ('graphed' if CUDA else 'eager')
+    assert status['device'].startswith(TEST_DEVICE)
+    assert status['lifecycle_state'] == 'active'
     assert status['model'].startswith('SmolLM2-135M')
     assert float(status['step_ms_p50']) > 0 and float(status['tokens_per_s']) > 0
-    # The memory floor at the context the first test left in the cache, on a measured CPU.
-    assert status['B_peak_source'] == 'measured'
+    # What a subscriber gets: the interval between tokens, never shorter than the engine step
+    # by more than timer noise, and the rate it implies.
+    interval = float(status['token_interval_ms_p50'])
+    assert interval > 0.5 * float(status['step_ms_p50'])
+    assert float(status['tokens_per_s']) == pytest.approx(1000.0 / interval, rel=1e-3)
+    assert float(status['engine_tokens_per_s']) == pytest.approx(
+        1000.0 / float(status['step_ms_p50']), rel=1e-3)
+    # The memory floor at the context the first test left in the cache: a measured CPU, or a
+    # GPU of targets.yaml (the H200 where these tests run on CUDA).
+    assert status['B_peak_source'] == ('datasheet' if CUDA else 'measured')
     assert float(status['t_floor_ms']) > 0 and float(status['R_floor']) > 0
     assert float(status['R_floor']) == pytest.approx(
         float(status['t_floor_ms']) / float(status['step_ms_p50']), abs=2e-3)
+
+
+def test_greedy_reply_equals_physinf_generate(harness):
+    prompt = 'Name three colours of the rainbow.'
+    response = _reply(harness, prompt)
+    command = installed_command('physinf-generate', 'physinf_ros.cli') + [
+        '--prompt', prompt, '--device', SETTINGS['device'], '--greedy', '--json',
+        '--max-context', str(SETTINGS['max_context']),
+        '--max-new-tokens', str(SETTINGS['max_new_tokens'])]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    generated = json.loads(done.stdout.splitlines()[-1])
+    assert generated['backend'] == ('graphed' if CUDA else 'eager')
+    assert response == generated['text'] and response
+
+
+def _reply(harness, prompt):
+    """Send a prompt to the node; return its whole reply from ~/response."""
+    mark = harness.probe.mark()
+    finished = harness.wait_end(harness.send(prompt))
+    assert finished['event'] == 'finished'
+    return harness.wait_for(lambda: harness.probe.since(mark, 'response'), 10, 'the response')[0]
 
 
 def test_cancel_stops_a_long_request(harness):
@@ -67,7 +103,7 @@ def test_cancel_stops_a_long_request(harness):
         assert finished['reason'] == 'cancelled'
         assert finished['tokens'] < 400
     finally:
-        assert harness.set_parameter('max_new_tokens', 48).successful
+        assert harness.set_parameter('max_new_tokens', SETTINGS['max_new_tokens']).successful
 
 
 def test_cancel_when_idle_says_so(harness):
@@ -92,7 +128,7 @@ def test_invalid_parameter_is_refused_and_valid_one_applies(harness):
         finished = harness.wait_end(harness.send('Tell me a long story.'))
         assert finished['reason'] == 'length' and finished['tokens'] == 3
     finally:
-        assert harness.set_parameter('max_new_tokens', 48).successful
+        assert harness.set_parameter('max_new_tokens', SETTINGS['max_new_tokens']).successful
 
 
 def test_ctrl_c_exits_cleanly(harness):

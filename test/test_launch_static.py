@@ -8,7 +8,7 @@ they are installed. These checks run everywhere.
 import ast
 from pathlib import Path
 
-from physinf_ros.config import check, DECODER_PARAMS, PARAMS_BY_NAME
+from physinf_ros.config import AUTOSTART, check, DECODER_PARAMS, PARAMS_BY_NAME
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,14 +45,14 @@ def test_launch_file_parses_and_names_existing_executables_and_parameters():
                      if isinstance(item, ast.Dict)]
         for override in overrides:
             for key in override.keys:
-                assert ast.literal_eval(key) in PARAMS_BY_NAME
+                assert ast.literal_eval(key) in set(PARAMS_BY_NAME) | {AUTOSTART.name}
 
 
 def test_launch_arguments_have_descriptions():
     tree = ast.parse(LAUNCH.read_text())
     declared = {ast.literal_eval(call.args[0]): _kwarg(call, 'description')
                 for call in _calls(tree, 'DeclareLaunchArgument')}
-    assert {'model', 'backend', 'namespace'} <= set(declared)
+    assert {'model', 'backend', 'autostart', 'namespace'} <= set(declared)
     assert all(desc is not None and ast.literal_eval(desc) for desc in declared.values())
     used = {ast.literal_eval(call.args[0]) for call in _calls(tree, 'LaunchConfiguration')}
     assert used <= set(declared), f'undeclared launch arguments: {used - set(declared)}'

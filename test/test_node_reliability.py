@@ -21,7 +21,7 @@ from physinf_ros.prompts import truncation_limit
 from physinf_ros.stats import percentile
 import pytest
 from rclpy.serialization import deserialize_message, serialize_message
-from ros_harness import serving_decoder
+from ros_harness import serving_decoder, TEST_DEVICE
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
@@ -45,7 +45,7 @@ SOAK_RSS_GROWTH_MIB = 16.0
 @pytest.fixture(scope='module')
 def harness(tmp_path_factory):
     log = tmp_path_factory.mktemp('reliability') / 'decoder.log'
-    yield from serving_decoder(NAMESPACE, log, device='cpu', max_context=MAX_CONTEXT,
+    yield from serving_decoder(NAMESPACE, log, device=TEST_DEVICE, max_context=MAX_CONTEXT,
                                queue_size=QUEUE, **DEFAULTS)
 
 

@@ -1,6 +1,7 @@
 """ROS-free decoding engine: model loading, backends, sampling and the generation loop."""
 
 from dataclasses import dataclass, replace
+import gc
 import time
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -81,6 +82,21 @@ class Engine:
         self.decoder = old = None
         self.decoder = make_decoder(name, shared, info, device, log)
         return self.decoder
+
+    def __post_init__(self):
+        self.device: torch.device = self.decoder.device   # kept after close()
+
+    def memory_allocated(self) -> Optional[int]:
+        """Bytes of CUDA memory torch holds allocated on this engine's GPU; None on a CPU."""
+        cuda = self.device.type == 'cuda'
+        return torch.cuda.memory_allocated(self.device) if cuda else None
+
+    def close(self) -> None:
+        """Let the decoder (weights, cache, graphs) go and hand its device memory back."""
+        self.decoder = None
+        gc.collect()
+        if self.device.type == 'cuda':
+            torch.cuda.empty_cache()
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int,
                  sampling: Sampling = Sampling(),

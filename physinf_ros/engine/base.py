@@ -1,7 +1,8 @@
 """The Decoder protocol: what every backend offers the generation loop."""
 
 from dataclasses import dataclass
-from typing import Optional, Protocol, Sequence
+import time
+from typing import Callable, NamedTuple, Optional, Protocol, Sequence
 
 import torch
 
@@ -54,10 +55,42 @@ class DecoderInfo:
     note: str = ''
 
 
+class StepResult(NamedTuple):
+    """A finished decode step: the chosen token and the step's time in milliseconds."""
+
+    token: int
+    step_ms: float
+
+
+class PendingStep(Protocol):
+    """A decode step that has been asked for; wait() returns its StepResult."""
+
+    def wait(self) -> StepResult:
+        """Block until the step is done (ContextFull when there was no room for it)."""
+
+
+class DeferredStep:
+    """
+    A step that runs only when waited for: the plain loop.
+
+    For backends that gain nothing from launching ahead (on a CPU a step launched early would
+    only delay the token before it).
+    """
+
+    def __init__(self, step: Callable[[], int]):
+        self._step = step
+
+    def wait(self) -> StepResult:
+        start = time.perf_counter()
+        token = self._step()
+        return StepResult(token, (time.perf_counter() - start) * 1000.0)
+
+
 class Decoder(Protocol):
     """Batch-1 decoding with a KV cache, one token per step."""
 
     info: DecoderInfo
+    device: torch.device
 
     @property
     def position(self) -> int:
@@ -71,6 +104,15 @@ class Decoder(Protocol):
         Feed the last chosen token (or `token`, to teacher-force), return the next.
 
         Raises ContextFull when the context is full.
+        """
+
+    def launch(self) -> PendingStep:
+        """
+        Ask for the next step, fed the last chosen token, and return without waiting for it.
+
+        The generation loop keeps one step queued ahead on devices that run asynchronously, so
+        the host's work for token n overlaps the device's step n+1. At most two launched steps
+        may be unread at once; a launched step that is never waited for is simply discarded.
         """
 
     def last_logits(self) -> torch.Tensor:

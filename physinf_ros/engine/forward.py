@@ -4,7 +4,8 @@ from typing import Optional, Sequence
 
 import torch
 
-from .base import check_prompt, check_room, DecoderInfo, EngineError, Sampling
+from .base import (check_prompt, check_room, DecoderInfo, DeferredStep, EngineError,
+                   PendingStep, Sampling)
 from .sampling import choose, make_generator
 
 
@@ -61,6 +62,11 @@ class ForwardDecoder:
         logits = self._forward(ids, self._position)
         self._position += 1
         return self._choose(logits)
+
+    def launch(self) -> PendingStep:
+        # These forwards read the chosen token back on the host inside every step, so nothing
+        # is gained by launching ahead: the plain loop, run when waited for.
+        return DeferredStep(self.step)
 
     def last_logits(self) -> torch.Tensor:
         if self._logits is None:

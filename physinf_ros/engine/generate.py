@@ -1,15 +1,32 @@
-"""The generation loop: prefill, then one decode step per token, streamed as it goes."""
+"""
+The generation loop: prefill, then one decode step per token, streamed as it goes.
 
+The loop keeps the device ahead of its caller: steps n+1 and n+2 are launched (Decoder.launch)
+before token n is handed out, so the host's work on token n (detokenising, publishing, reading
+the next token) runs while the device computes, and the device never waits for the host. The
+reply is exactly what a step-by-step loop gives: eos is known only once its step is read, so
+the step launched after it is computed and discarded, which delays the next request's prefill
+by one step of device time (the caller already has the whole reply); a cancel seen between two
+tokens ends the reply before the next one, and the two steps already launched are discarded
+the same way. max_new_tokens and a full context are known in advance and
+launch nothing extra. Backends that read each token back inside their step (hf, exllamav2, any
+CPU) run the plain loop: their launch() defers the step until it is waited for.
+"""
+
+from collections import deque
 from dataclasses import dataclass
 import time
-from typing import Callable, Iterator, List, Optional, Sequence
+from typing import Callable, Deque, Iterator, List, Optional, Sequence
 
-from .base import ContextFull, Decoder, Sampling
+from .base import ContextFull, Decoder, PendingStep, Sampling
 from .text import Detokenizer
 
 FINISH_EOS = 'eos'
 FINISH_LENGTH = 'length'
 FINISH_CANCELLED = 'cancelled'
+# Steps queued on the device while the caller has a token: the one whose token is read next,
+# and the one after it, which keeps the device busy from the moment that token is ready.
+LAUNCHED_AHEAD = 2
 
 
 @dataclass(frozen=True)
@@ -44,6 +61,7 @@ class Generation:
         self.ttft_ms: Optional[float] = None
         self.finish_reason: Optional[str] = None
         self.detail = ''
+        self._full: Optional[ContextFull] = None   # why no further step could be launched
 
     @property
     def text(self) -> str:
@@ -67,27 +85,44 @@ class Generation:
             self.pieces.append(text)
         return Piece(token_id, text, step_ms)
 
+    def _launch_ahead(self, ahead: Deque[PendingStep]) -> None:
+        # Keep LAUNCHED_AHEAD steps queued, none past max_new_tokens or a full context.
+        while (len(ahead) < LAUNCHED_AHEAD and self._full is None
+               and len(self.token_ids) + len(ahead) < self.max_new_tokens):
+            try:
+                ahead.append(self.decoder.launch())
+            except ContextFull as exc:
+                self._full = exc
+
     def __iter__(self) -> Iterator[Piece]:
         start = time.perf_counter()
         token = self.decoder.prefill(self.prompt_ids, self.sampling)
         self.ttft_ms = (time.perf_counter() - start) * 1000.0
-        yield self._piece(token, None)
-        while self.finish_reason is None:
+        ahead: Deque[PendingStep] = deque()
+        piece = self._piece(token, None)
+        while True:
+            if self.finish_reason is None:
+                self._launch_ahead(ahead)
+            yield piece
+            if self.finish_reason is not None:
+                break
+            # The checks, in the order a step-by-step loop makes them after each token.
             if self._cancelled():
                 self.finish_reason = FINISH_CANCELLED
-            elif len(self.token_ids) >= self.max_new_tokens:
+                break
+            if len(self.token_ids) >= self.max_new_tokens:
                 self.finish_reason = FINISH_LENGTH
                 self.detail = f'max_new_tokens ({self.max_new_tokens}) reached'
-            else:
-                try:
-                    start = time.perf_counter()
-                    token = self.decoder.step()
-                except ContextFull as exc:
-                    self.finish_reason, self.detail = FINISH_LENGTH, str(exc)
-                    break
-                step_ms = (time.perf_counter() - start) * 1000.0
-                self.step_ms.append(step_ms)
-                yield self._piece(token, step_ms)
+                break
+            try:
+                if not ahead:
+                    raise self._full
+                token, step_ms = ahead.popleft().wait()
+            except ContextFull as exc:
+                self.finish_reason, self.detail = FINISH_LENGTH, str(exc)
+                break
+            self.step_ms.append(step_ms)
+            piece = self._piece(token, step_ms)
         tail = self._detok.flush() if self._detok else ''
         if tail:
             self.pieces.append(tail)

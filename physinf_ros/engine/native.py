@@ -6,6 +6,11 @@ final norm, the lm_head and the next-token choice) once into a CUDA graph and re
 token and position live in device tensors that the graph itself advances, so a step costs one
 replay and one 8-byte copy of the chosen token back to the host.
 
+On CUDA (graphed or eager) a step is launched without waiting for it: its token is copied into
+a pinned host buffer behind the step and an event marks when it is there, so the generation
+loop can queue step n+1 before it hands token n to its caller and the device never waits for
+the host's publishing. Steps are timed by CUDA events around them (device time of the step).
+
 Context policy: one graph per sampling mode (greedy, sampled), captured for max_context. The
 attention kernel reads the filled length from the device position, so the graph reads only
 the filled part of the cache at every length: no buckets, no padding to the maximum.
@@ -17,9 +22,21 @@ from typing import Callable, Dict, Optional, Sequence
 import torch
 
 from . import ops_torch
-from .base import check_prompt, check_room, ContextFull, DecoderInfo, EngineError, Sampling
+from .base import (check_prompt, check_room, ContextFull, DecoderInfo, DeferredStep,
+                   EngineError, PendingStep, Sampling, StepResult)
 from .llama import decode_layers, KVCache, prefill, prompt_logits, rope_tables, Weights
 from .sampling import choose, make_generator, sample
+
+
+class _DeviceStep:
+    """A step queued on the device: its token lands in a pinned slot, then its end event."""
+
+    def __init__(self, slot: torch.Tensor, start: torch.cuda.Event, end: torch.cuda.Event):
+        self._slot, self._start, self._end = slot, start, end
+
+    def wait(self) -> StepResult:
+        self._end.synchronize()
+        return StepResult(int(self._slot), self._start.elapsed_time(self._end))
 
 
 class NativeDecoder:
@@ -56,6 +73,12 @@ class NativeDecoder:
         self._graphs: Dict[bool, torch.cuda.CUDAGraph] = {}
         self._pool = None
         if device.type == 'cuda':
+            # Two of each: a launched step's token and events stay intact until the step after
+            # next is launched, by which time the loop has read them (Decoder.launch).
+            self._token_slots = torch.zeros(2, dtype=torch.long, pin_memory=True)
+            self._events = [(torch.cuda.Event(enable_timing=True),
+                             torch.cuda.Event(enable_timing=True)) for _ in range(2)]
+            self._launches = 0
             self._warm_up()
 
     @property
@@ -134,11 +157,36 @@ class NativeDecoder:
         return int(first)
 
     def step(self, token: Optional[int] = None) -> int:
-        if not self._started:
-            raise EngineError('step() before prefill()')
-        check_room(self._position, self.info.max_context)
+        self._need_prefill()
         if token is not None:
             self.token.fill_(token)   # teacher forcing: one small copy before the step
+        return self.launch().wait().token
+
+    def launch(self) -> PendingStep:
+        self._need_prefill()
+        if self.device.type != 'cuda':
+            return DeferredStep(self._run_step)   # a CPU computes as it launches
+        check_room(self._position, self.info.max_context)
+        index = self._launches % 2
+        self._launches += 1
+        start, end = self._events[index]
+        slot = self._token_slots[index:index + 1]
+        start.record()
+        self._enqueue_step()
+        slot.copy_(self.token, non_blocking=True)
+        end.record()
+        return _DeviceStep(slot, start, end)
+
+    def _need_prefill(self) -> None:
+        if not self._started:
+            raise EngineError('step() before prefill()')
+
+    def _run_step(self) -> int:
+        check_room(self._position, self.info.max_context)
+        self._enqueue_step()
+        return int(self.token)
+
+    def _enqueue_step(self) -> None:
         greedy = self._sampling.greedy
         if not greedy:
             # The request's noise, drawn outside the graph so its seed holds (one launch).
@@ -148,7 +196,6 @@ class NativeDecoder:
         else:
             self._body(greedy)
         self._position += 1
-        return int(self.token)
 
     def last_logits(self) -> torch.Tensor:
         if not self._started:

@@ -22,8 +22,8 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Float64, String
 
-from .common import close, diagnostic_value, publish_guarded
-from .decoder_node import descriptor, DIAGNOSTICS_QOS, LATENCY_QOS
+from .common import (close, descriptor, diagnostic_value, DIAGNOSTICS_QOS, LATENCY_QOS,
+                     publish_guarded)
 from ..bench import params, results
 from ..bench.benchmark import BenchListener, Benchmark
 from ..engine import EngineError

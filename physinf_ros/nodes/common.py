@@ -1,8 +1,40 @@
-"""Small pieces the nodes share: guarded publishing and diagnostic values."""
+"""Small pieces the nodes share: QoS, parameter descriptors, guarded publishing, diagnostics."""
 
 import threading
 
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 import rclpy
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+# One latency sample per step; a subscriber that falls far behind only loses old samples.
+LATENCY_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+# Diagnostics are a state snapshot: only the newest one matters.
+DIAGNOSTICS_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
+
+
+def descriptor(param, managed: bool = False) -> ParameterDescriptor:
+    """
+    Build the ROS parameter descriptor of a config.Param: description, range, read-only.
+
+    managed: the node is a lifecycle node that reads its read_only parameters at configure;
+    they stay writable for ROS, and the node refuses changes to them unless unconfigured.
+    """
+    # Types are checked by config.check, whose refusal names the parameter and both types;
+    # rclpy's own check would refuse first with only type numbers as its reason.
+    description = param.description
+    if managed and param.read_only:
+        description += ' Read at configure: change it while the node is unconfigured.'
+    desc = ParameterDescriptor(description=description,
+                               read_only=param.read_only and not managed, dynamic_typing=True)
+    if param.choices:
+        desc.additional_constraints = 'one of: ' + ', '.join(param.choices)
+    if param.low is not None and isinstance(param.default, float):
+        desc.floating_point_range = [FloatingPointRange(
+            from_value=float(param.low), to_value=float(param.high), step=0.0)]
+    elif param.low is not None:
+        desc.integer_range = [IntegerRange(
+            from_value=int(param.low), to_value=int(param.high), step=1)]
+    return desc
 
 
 def publish_guarded(node, publisher, msg, stopping: threading.Event) -> None:

@@ -1,9 +1,15 @@
 """
-decoder_node: prompts in on ~/prompt, tokens streamed out on ~/tokens.
+decoder_node: a managed (lifecycle) node; prompts in on ~/prompt, tokens streamed out on ~/tokens.
 
 A thin translator: the engine does the work, in a worker thread, so the executor stays free to
-answer ~/cancel, parameter changes and the diagnostics timer while a reply is being decoded.
-Prompt checks (prompts.py) and request bookkeeping (serving.py) live outside, free of rclpy.
+answer ~/cancel, parameter changes, lifecycle transitions and the diagnostics timer while a
+reply is being decoded. Prompt checks (prompts.py) and request bookkeeping (serving.py) live
+outside, free of rclpy.
+
+Lifecycle (as ros2/demos' lifecycle_py places resources): `configure` loads the model and warms
+its graphs, `activate` starts serving, `deactivate` ends the running and waiting requests as
+cancelled and refuses new prompts, `cleanup` releases the model, `shutdown` ends the process.
+With `autostart` (the default) the node configures and activates itself at start.
 """
 
 import gc
@@ -16,88 +22,81 @@ import traceback
 from typing import List, Optional
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescriptor,
-                                SetParametersResult)
+from rcl_interfaces.msg import SetParametersResult
 import rclpy
 from rclpy._rclpy_pybind11 import RCLError
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.exceptions import ParameterException
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.lifecycle import LifecycleNodeMixin, LifecycleState, TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
 from std_msgs.msg import Float64, String
 from std_srvs.srv import Trigger
 
-from .common import close, diagnostic_value, publish_guarded
-from ..config import check, DECODER_PARAMS
+from .common import (close, descriptor, diagnostic_value, DIAGNOSTICS_QOS, LATENCY_QOS,
+                     publish_guarded)
+from ..config import AUTOSTART, check, check_value, DECODER_PARAMS, PARAMS_BY_NAME
 from ..engine import EngineError, load, Sampling
 from ..prompts import admit, too_long, truncation_limit
 from ..roofline import LiveFloor
 from ..serving import Ledger, Request, RequestQueue
-from ..stats import LatencyWindow
+from ..stats import LatencyWindow, TokenIntervals
 
 # Tokens must all arrive, in order, even when a subscriber lags a little: reliable and deep.
 TOKENS_QOS = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
 # Every request's events matter (a flood of rejections included).
 EVENTS_QOS = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
-# One latency sample per step; a subscriber that falls far behind only loses old samples.
-LATENCY_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
 # Prompts are never dropped by the transport: the node's own bounded queue decides.
 PROMPT_QOS = QoSProfile(history=HistoryPolicy.KEEP_ALL, reliability=ReliabilityPolicy.RELIABLE)
-# Diagnostics are a state snapshot: only the newest one matters.
-DIAGNOSTICS_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
+# Why a prompt is refused in each state other than active.
+NOT_SERVING = {
+    'unconfigured': 'decoder is unconfigured: configure and activate it first',
+    'configuring': 'decoder is configuring (loading its model): activate it once configured',
+    'inactive': 'decoder is inactive: activate it first',
+    'finalized': 'decoder is shut down: start a new one',
+}
 
 
-def descriptor(param) -> ParameterDescriptor:
-    """Build the ROS parameter descriptor of a config.Param: description, range, read-only."""
-    # Types are checked by config.check, whose refusal names the parameter and both types;
-    # rclpy's own check would refuse first with only type numbers as its reason.
-    desc = ParameterDescriptor(description=param.description, read_only=param.read_only,
-                               dynamic_typing=True)
-    if param.choices:
-        desc.additional_constraints = 'one of: ' + ', '.join(param.choices)
-    if param.low is not None and isinstance(param.default, float):
-        desc.floating_point_range = [FloatingPointRange(
-            from_value=float(param.low), to_value=float(param.high), step=0.0)]
-    elif param.low is not None:
-        desc.integer_range = [IntegerRange(
-            from_value=int(param.low), to_value=int(param.high), step=1)]
-    return desc
-
-
-class DecoderNode(Node):
-    """Hosts one decoder and serves prompts from a bounded FIFO queue."""
+class DecoderNode(LifecycleNodeMixin, Node):
+    """Hosts one decoder and serves prompts from a bounded FIFO queue while active."""
 
     def __init__(self):
-        super().__init__('decoder')
+        # What rclpy's LifecycleNode does, but with a callback group of the transitions' own:
+        # loading a model in configure must not hold up ~/cancel, parameters or diagnostics.
+        Node.__init__(self, 'decoder')
+        LifecycleNodeMixin.__init__(self, callback_group=MutuallyExclusiveCallbackGroup())
         for param in DECODER_PARAMS:
-            self.declare_parameter(param.name, param.default, descriptor(param))
+            self.declare_parameter(param.name, param.default, descriptor(param, managed=True))
+        self.declare_parameter(AUTOSTART.name, AUTOSTART.default, descriptor(AUTOSTART))
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self._settings = {p.name: self.get_parameter(p.name).value for p in DECODER_PARAMS}
         for name, value in self._settings.items():
             reason = check(name, value)
             if reason:
                 raise EngineError(f'parameter {reason}')
+        self.autostart = self.get_parameter(AUTOSTART.name).value
+        reason = check_value(AUTOSTART, self.autostart)
+        if reason:
+            raise EngineError(f'parameter {reason}')
 
-        s = self._settings
-        self.get_logger().info(
-            f'loading model {s["model"]!r} (backend {s["backend"]}, device {s["device"]}, '
-            f'dtype {s["dtype"]}, max_context {s["max_context"]})')
-        self.engine = load(s['model'], s['backend'], s['device'], s['dtype'],
-                           s['max_context'], log=self.get_logger().info)
-        info = self.engine.info
-        self.get_logger().info(
-            f'ready in {self.engine.load_s:.1f} s: {info.model} on {info.device}, '
-            f'backend {info.backend}, {info.dtype}' + (f' ({info.note})' if info.note else ''))
-        self._floor = LiveFloor(self.engine.decoder, log=self.get_logger().info)
-
-        self._queue = RequestQueue(s['queue_size'])
+        self.state = 'unconfigured'
+        self.engine = None
+        self._floor: Optional[LiveFloor] = None
+        self._queue: Optional[RequestQueue] = None
+        self._worker: Optional[threading.Thread] = None
+        self._worker_stop = threading.Event()
+        # Prompts are admitted under this lock, and transitions change what serves under it,
+        # so no prompt slips into a queue that a transition is emptying.
+        self._serving = threading.Lock()
         self._next_id = 1
         self._stopping = threading.Event()
         self._latency = LatencyWindow()
+        self._intervals = TokenIntervals()
         self._ledger = Ledger()
         self._last_ttft_ms = float('nan')
+        self.configure_error = ''
 
         self._tokens_pub = self.create_publisher(String, '~/tokens', TOKENS_QOS)
         self._response_pub = self.create_publisher(String, '~/response', 10)
@@ -111,27 +110,122 @@ class DecoderNode(Node):
         self.create_service(Trigger, '~/cancel', self._on_cancel)
         self.create_service(Trigger, '~/cancel_all', self._on_cancel_all)
         self.create_timer(1.0, self._publish_diagnostics)
-        self._worker = threading.Thread(target=self._serve, name='decode', daemon=True)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        s = dict(self._settings)
+        self.state = 'configuring'
+        self.get_logger().info(
+            f'configuring: loading model {s["model"]!r} (backend {s["backend"]}, device '
+            f'{s["device"]}, dtype {s["dtype"]}, max_context {s["max_context"]})')
+        try:
+            engine = load(s['model'], s['backend'], s['device'], s['dtype'], s['max_context'],
+                          log=self.get_logger().info)
+        except Exception as exc:  # noqa: B902 - any load failure leaves the node reconfigurable
+            self.state = 'unconfigured'
+            detail = str(exc) if isinstance(exc, EngineError) else f'{type(exc).__name__}: {exc}'
+            self.configure_error = detail
+            self.get_logger().error(f'configure failed, back to unconfigured: {detail}')
+            self._event('error', None, f'configure failed: {detail}; fix the parameters '
+                        '(they can be changed while unconfigured) and configure again')
+            return TransitionCallbackReturn.FAILURE
+        info = engine.info
+        self.get_logger().info(
+            f'model ready in {engine.load_s:.1f} s: {info.model} on {info.device}, backend '
+            f'{info.backend}, {info.dtype}' + (f' ({info.note})' if info.note else '')
+            + self._memory_note(engine))
+        self.engine = engine
+        self._floor = LiveFloor(engine.decoder, log=self.get_logger().info)
+        self._queue = RequestQueue(s['queue_size'])
+        self._worker_stop.clear()
+        self._worker = threading.Thread(target=self._serve, args=(self._queue,), name='decode',
+                                        daemon=True)
         self._worker.start()
+        self.state = 'inactive'
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        with self._serving:
+            self.state = 'active'
+        self.get_logger().info('active: serving prompts on ~/prompt')
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._stop_serving('inactive', 'decoder deactivated')
+        self.get_logger().info('inactive: prompts are refused until activated')
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._release()
+        self.state = 'unconfigured'
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._stop_serving('finalized', 'node shutting down')
+        self._release()
+        self.get_logger().info('shut down (lifecycle): exiting')
+        return TransitionCallbackReturn.SUCCESS
+
+    def _stop_serving(self, new_state: str, why: str, timeout: float = 10.0) -> None:
+        """Refuse new prompts; end the running and waiting requests as cancelled (why)."""
+        with self._serving:
+            self.state = new_state
+            queue = self._queue
+        if queue is None:
+            return
+        current, waiting = queue.snapshot()
+        for request in ([current] if current else []) + waiting:
+            request.cancel(why)
+        # The worker ends them within about a step; their finished events precede the new state.
+        if not queue.wait_idle(timeout) and not self._stopping.is_set():
+            self.get_logger().warning(f'{why}: the running request did not end within '
+                                      f'{timeout:.0f} s')
+
+    def _release(self) -> None:
+        """Stop the worker and let the model go; log the device memory it gives back."""
+        if self._worker is not None:
+            self._worker_stop.set()
+            self._worker.join(timeout=10.0)
+            self._worker = None
+        engine, self.engine, self._floor, self._queue = self.engine, None, None, None
+        if engine is None:
+            return
+        before = engine.memory_allocated()
+        engine.close()
+        after = engine.memory_allocated()
+        self.get_logger().info('model released' + (
+            '' if before is None else f': CUDA memory allocated {before / 2**20:.1f} MiB '
+            f'before, {after / 2**20:.1f} MiB after'))
+
+    @staticmethod
+    def _memory_note(engine) -> str:
+        allocated = engine.memory_allocated()
+        return '' if allocated is None else f'; CUDA memory allocated {allocated / 2**20:.1f} MiB'
 
     # -- parameters ---------------------------------------------------------------------------
     def _on_set_parameters(self, params) -> SetParametersResult:
         for param in params:
             reason = check(param.name, param.value)
+            if reason is None and PARAMS_BY_NAME[param.name].read_only \
+                    and self.state != 'unconfigured':
+                reason = (f'{param.name} is read at configure: change it while the node is '
+                          f'unconfigured (now {self.state}; deactivate and clean up first)')
             if reason:
                 self.get_logger().warning(f'parameter change refused: {reason}')
                 return SetParametersResult(successful=False, reason=reason)
         for param in params:
             self._settings[param.name] = param.value
-            self.get_logger().info(f'{param.name} = {param.value!r} (from the next request)')
+            when = 'configure' if PARAMS_BY_NAME[param.name].read_only else 'request'
+            self.get_logger().info(f'{param.name} = {param.value!r} (from the next {when})')
         return SetParametersResult(successful=True)
 
     # -- requests -----------------------------------------------------------------------------
     @property
     def _current(self) -> Optional[Request]:
-        return self._queue.current
+        queue = self._queue
+        return queue.current if queue is not None else None
 
-    def _event(self, event: str, request_id: int, reason: str, **extra) -> None:
+    def _event(self, event: str, request_id: Optional[int], reason: str, **extra) -> None:
         payload = {'event': event, 'id': request_id, 'reason': reason, **extra}
         self._publish(self._events_pub, String(data=json.dumps(payload)))
 
@@ -141,33 +235,40 @@ class DecoderNode(Node):
         self._event('rejected', request_id, reason, **extra)
 
     def _on_prompt(self, msg: String) -> None:
-        request_id, self._next_id = self._next_id, self._next_id + 1
-        self._ledger.count('received')
+        with self._serving:
+            request_id, self._next_id = self._next_id, self._next_id + 1
+            self._ledger.count('received')
+            if self.state != 'active':
+                return self._reject(request_id, NOT_SERVING[self.state], state=self.state)
+            self._admit(request_id, msg.data)
+
+    def _admit(self, request_id: int, text: str) -> None:
         s = dict(self._settings)
         # Size and text checks come before any tokenizer work: a 2 MB payload costs a length.
-        admission = admit(msg.data, s['max_prompt_bytes'])
+        admission = admit(text, s['max_prompt_bytes'])
         if not admission.ok:
             return self._reject(request_id, admission.reason,
                                 prompt_bytes=admission.prompt_bytes)
         notes = []
         if admission.removed_controls:
             notes.append(f'{admission.removed_controls} control characters removed')
+        engine = self.engine
+        max_context = engine.info.max_context
         try:
-            prompt_ids = self.engine.encode(admission.text, s['use_chat_template'],
-                                            s['system_prompt'])
-            if len(prompt_ids) >= s['max_context'] and s['truncate_prompt']:
+            prompt_ids = engine.encode(admission.text, s['use_chat_template'], s['system_prompt'])
+            if len(prompt_ids) >= max_context and s['truncate_prompt']:
                 full = len(prompt_ids)
-                prompt_ids, dropped = self.engine.encode_truncated(
-                    admission.text, truncation_limit(s['max_context'], s['max_new_tokens']),
+                prompt_ids, dropped = engine.encode_truncated(
+                    admission.text, truncation_limit(max_context, s['max_new_tokens']),
                     s['use_chat_template'], s['system_prompt'])
                 notes.append(f'truncated from {full} to {len(prompt_ids)} tokens '
                              f'(the first {dropped} tokens of the text dropped)')
         except Exception as exc:  # noqa: B902 - a tokenizer failure must not kill the node
             return self._reject(request_id, f'prompt could not be tokenised: {exc}')
-        room = s['max_context'] - len(prompt_ids)
+        room = max_context - len(prompt_ids)
         if room < 1:
-            return self._reject(request_id, too_long(len(prompt_ids), s['max_context']),
-                                prompt_tokens=len(prompt_ids), max_context=s['max_context'])
+            return self._reject(request_id, too_long(len(prompt_ids), max_context),
+                                prompt_tokens=len(prompt_ids), max_context=max_context)
         seed = s['seed'] if s['seed'] >= 0 else None
         request = Request(request_id, prompt_ids, min(s['max_new_tokens'], room),
                           Sampling(s['temperature'], s['top_p'], seed))
@@ -180,12 +281,12 @@ class DecoderNode(Node):
 
         if not self._queue.put(request, accepted):
             self._reject(request_id, f'queue full ({self._queue.maxsize} waiting): '
-                         'retry later or start the node with a larger queue_size')
+                         'retry later or configure the node with a larger queue_size')
 
     def _on_cancel(self, request, response):
-        current = self._current
+        current, queue = self._current, self._queue
         if current is None:
-            waiting = self._queue.qsize()
+            waiting = queue.qsize() if queue is not None else 0
             response.success = False
             response.message = 'nothing to cancel: no request running' + (
                 f' ({waiting} waiting; ~/cancel_all drops them)' if waiting else '')
@@ -196,7 +297,8 @@ class DecoderNode(Node):
         return response
 
     def _on_cancel_all(self, request, response):
-        current, waiting = self._queue.snapshot()
+        queue = self._queue
+        current, waiting = queue.snapshot() if queue is not None else (None, [])
         for item in ([current] if current else []) + waiting:
             item.cancel()
         parts = ([f'request {current.id} (running)'] if current else []) + (
@@ -209,15 +311,13 @@ class DecoderNode(Node):
         return response
 
     # -- decoding (worker thread) ------------------------------------------------------------
-    def _serve(self) -> None:
+    def _serve(self, queue: RequestQueue) -> None:
         while True:
-            request = self._queue.take(timeout=0.1)
+            request = queue.take(timeout=0.1)
             if request is None:
-                if self._stopping.is_set():
+                if self._worker_stop.is_set():
                     return
                 continue
-            if self._stopping.is_set():
-                request.cancel()
             try:
                 if request.cancelled:
                     self._finish_unstarted(request)
@@ -228,15 +328,14 @@ class DecoderNode(Node):
                 self.get_logger().error(f'request {request.id} failed: {exc}')
                 self._event('error', request.id, f'decoding failed: {exc}')
             finally:
-                self._queue.done()
+                queue.done()
 
     def _finish_unstarted(self, request: Request) -> None:
         # Cancelled while waiting: it ends like any other request, with an empty reply.
         self._ledger.count('finished', 'cancelled')
         self._publish(self._response_pub, String(data=''))
         self._event('finished', request.id, 'cancelled',
-                    detail='node shutting down' if self._stopping.is_set()
-                    else 'cancelled while waiting',
+                    detail=request.cancel_detail or 'cancelled while waiting',
                     tokens=0, steps=0, ttft_ms=None, tokens_per_s=0.0)
 
     def _decode(self, request: Request) -> None:
@@ -245,9 +344,13 @@ class DecoderNode(Node):
         generation = self.engine.generate(
             request.prompt_ids, request.max_new_tokens, request.sampling,
             cancelled=lambda: request.cancelled)
+        self._intervals.start()
+        # The loop launches the next steps before it hands out a piece (engine/generate.py):
+        # everything here overlaps the device's work.
         for piece in generation:
             if piece.text:
                 self._publish(self._tokens_pub, String(data=piece.text))
+                self._intervals.tick(time.monotonic())
             if piece.step_ms is not None:
                 request.steps += 1
                 self._latency.add(piece.step_ms)
@@ -262,7 +365,8 @@ class DecoderNode(Node):
             # How promptly a cancel takes: steps decoded after it arrived, and the time taken.
             extra = {'steps_after_cancel': len(steps) - request.steps_at_cancel,
                      'cancel_ms': round((time.monotonic() - request.cancelled_at) * 1000, 3)}
-        self._event('finished', request.id, reason, detail=generation.detail,
+        self._event('finished', request.id, reason,
+                    detail=generation.detail or request.cancel_detail,
                     tokens=len(generation.token_ids), steps=len(steps),
                     ttft_ms=round(generation.ttft_ms, 3),
                     tokens_per_s=round(generation.tokens_per_s, 2), **extra)
@@ -276,36 +380,55 @@ class DecoderNode(Node):
 
     # -- diagnostics --------------------------------------------------------------------------
     def _publish_diagnostics(self) -> None:
-        info = self.engine.info
-        summary = self._latency.summary()
-        values = {
-            'backend': info.backend, 'device': info.device, 'dtype': info.dtype,
-            'model': info.model, 'max_context': info.max_context,
-            'state': 'decoding' if self._current else 'idle',
-            'queue_depth': self._queue.qsize(), 'ttft_ms': self._last_ttft_ms,
-            'step_ms_p50': summary['p50'], 'step_ms_p90': summary['p90'],
-            'step_ms_p99': summary['p99'], 'tokens_per_s': summary['tokens_per_s'],
-            **{f'requests_{k}': v for k, v in self._ledger.snapshot().items()},
-            # t_floor at the context now in the KV cache, against the windowed step p50.
-            **self._floor.values(self.engine.decoder.position, summary['p50']),
-        }
+        engine, queue, floor = self.engine, self._queue, self._floor
+        s = self._settings
+        steps = self._latency.summary()
+        intervals = self._intervals.summary()
+        state = self.state
+        if state == 'active':
+            state = 'decoding' if self._current else 'idle'
+        values = {'lifecycle_state': self.state, 'state': state}
+        if engine is None:
+            values.update({k: s[k] for k in ('model', 'backend', 'device', 'dtype')})
+            if self.configure_error:
+                values['configure_error'] = self.configure_error
+        else:
+            info = engine.info
+            values.update({
+                'backend': info.backend, 'device': info.device, 'dtype': info.dtype,
+                'model': info.model, 'max_context': info.max_context,
+                'queue_depth': queue.qsize(), 'ttft_ms': self._last_ttft_ms,
+                # The engine's step, as on ~/step_latency, and the rate it alone would give.
+                'step_ms_p50': steps['p50'], 'step_ms_p90': steps['p90'],
+                'step_ms_p99': steps['p99'], 'engine_tokens_per_s': steps['tokens_per_s'],
+                # What a subscriber gets: the interval between consecutive ~/tokens messages.
+                'token_interval_ms_p50': intervals['p50'],
+                'token_interval_ms_p90': intervals['p90'],
+                'tokens_per_s': intervals['tokens_per_s'],
+                # t_floor at the context now in the KV cache, against the windowed step p50.
+                **floor.values(engine.decoder.position, steps['p50']),
+            })
+        values.update({f'requests_{k}': v for k, v in self._ledger.snapshot().items()})
+        failed = engine is None and bool(self.configure_error)
         status = DiagnosticStatus(
-            level=DiagnosticStatus.OK, name=f'{self.get_fully_qualified_name()}: decoder',
-            message=f'{values["state"]}, {info.backend} on {info.device}',
-            hardware_id=info.device,
+            level=DiagnosticStatus.ERROR if failed else DiagnosticStatus.OK,
+            name=f'{self.get_fully_qualified_name()}: decoder',
+            message=(f'{state}, {values["backend"]} on {values["device"]}'
+                     + (f': configure failed: {self.configure_error}' if failed else '')),
+            hardware_id=str(values['device']),
             values=[KeyValue(key=k, value=diagnostic_value(v)) for k, v in values.items()])
         array = DiagnosticArray(status=[status])
         array.header.stamp = self.get_clock().now().to_msg()
         self._publish(self._diag_pub, array)
 
     def shutdown(self) -> None:
-        """Stop the worker within about one decode step; waiting requests end as cancelled."""
+        """On SIGINT/SIGTERM: end every request as cancelled within about a step, then stop."""
         self._stopping.set()
-        current, waiting = self._queue.snapshot()
-        for request in ([current] if current else []) + waiting:
-            request.cancel()
-        # A long prefill cannot be interrupted; the worker is a daemon, so do not wait for it.
-        self._worker.join(timeout=1.0)
+        # A long prefill cannot be interrupted; the worker is a daemon, so do not wait long.
+        self._stop_serving('finalized', 'node shutting down', timeout=1.0)
+        self._worker_stop.set()
+        if self._worker is not None:
+            self._worker.join(timeout=1.0)
 
 
 def _params_files(args: Optional[List[str]]) -> List[str]:
@@ -335,11 +458,24 @@ def main(args=None) -> int:
     code = 0
     try:
         node = DecoderNode()
-        executor = MultiThreadedExecutor(num_threads=3)
+        if node.autostart:
+            # As an unmanaged node would: a model that cannot load stops the process (exit 1).
+            if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
+                raise EngineError(node.configure_error)
+            node.trigger_activate()
+        else:
+            node.get_logger().info('unconfigured (autostart is false): configure and activate '
+                                   'through ~/change_state')
+        # Prompts, transitions, services and the timer each get a thread.
+        executor = MultiThreadedExecutor(num_threads=4)
         executor.add_node(node)
-        while rclpy.ok():
+        finalized_at = None
+        while rclpy.ok() and (finalized_at is None or time.monotonic() - finalized_at < 0.5):
             # Short waits: Python handles a signal between two of them, within 0.1 s.
             executor.spin_once(timeout_sec=0.1)
+            if finalized_at is None and node.state == 'finalized':
+                # The shutdown transition is done: a moment more to send its answer, then exit.
+                finalized_at = time.monotonic()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except (EngineError, ParameterException) as exc:

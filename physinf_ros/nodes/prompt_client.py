@@ -18,7 +18,8 @@ from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from std_msgs.msg import String
 
-from .decoder_node import DIAGNOSTICS_QOS, EVENTS_QOS, TOKENS_QOS
+from .common import DIAGNOSTICS_QOS
+from .decoder_node import EVENTS_QOS, TOKENS_QOS
 
 
 class PromptClient(Node):
