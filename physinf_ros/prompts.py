@@ -123,8 +123,8 @@ def too_long(prompt_tokens: int, max_context: int, system_tokens: int = 0) -> st
         counts += f', {system_tokens} of them system_prompt'
     counts += f'; max_context is {max_context}, which leaves no room for a reply'
     if system_tokens >= max_context // 2:
-        # truncate_prompt keeps at most half the context for the reply, so the system prompt
-        # and the template would leave it too little: it cannot help.
+        # truncate_prompt may leave a prompt only half the context (the rest is the reply's);
+        # a system prompt that takes that half does not fit, whatever of the text is cut.
         return f'{counts}: shorten system_prompt or raise max_context'
     also = ' (or system_prompt)' if system_tokens else ''
     return f'{counts}: shorten the prompt{also}, or set truncate_prompt to keep its end'

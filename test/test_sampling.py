@@ -91,3 +91,33 @@ def test_graph_body_with_zero_temperature_tensor_chooses_the_argmax():
         logits = decoder.last_logits()
         assert not torch.isnan(logits).any()
         assert token == int(torch.argmax(logits))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize('temperature', TINY + SMALL)
+def test_captured_sampler_replays_without_nan(temperature):
+    """sample() captured in a CUDA graph, temperature set in its tensor before each replay."""
+    device = torch.device('cuda')
+    logits = make_logits().to(device)
+    temp, top_p = torch.ones((), device=device), torch.ones((), device=device)
+    race = torch.ones(VOCAB, device=device)
+    token = torch.zeros(1, dtype=torch.long, device=device)
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):   # warm up outside the capture, as native.py does
+        token.copy_(sample(logits, temp, top_p, race=race))
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        token.copy_(sample(logits, temp, top_p, race=race))
+    reference = probabilities(logits.cpu(), temperature)
+    generator = torch.Generator(device=device).manual_seed(0)
+    tokens = []
+    for _ in range(DRAWS):
+        temp.fill_(temperature)
+        race.exponential_(generator=generator)
+        graph.replay()
+        tokens.append(int(token))
+    assert all(reference[t] > 0 for t in tokens), sorted(set(tokens))
+    if temperature in TINY:
+        assert set(tokens) == {int(torch.argmax(logits))}
