@@ -7,10 +7,11 @@ file and config/decoder.yaml only name parameters that exist.
 
 from dataclasses import dataclass
 import re
-from typing import Any, Optional, Tuple
+from typing import Any, Mapping, Optional, Tuple
 
 from .engine import BACKENDS
 from .engine.device import DTYPES
+from .prompts import check_system_prompt
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,9 @@ DECODER_PARAMS = (
           low=-1, high=2**31 - 1),
     Param('use_chat_template', True, "Wrap prompts in the model's chat template."),
     Param('system_prompt', '',
-          'System turn put before each prompt (empty: the template default).'),
+          'System turn put before each prompt (empty: the template default); checked as '
+          'prompts are (max_prompt_bytes, valid UTF-8 text) and refused with control '
+          'characters other than tab and newlines.'),
     Param('max_prompt_bytes', 65536,
           'Largest prompt in UTF-8 bytes; larger ones are refused before any tokenizer work.',
           low=1, high=16 * 2**20),
@@ -76,16 +79,31 @@ _DEVICE = re.compile(r'^(auto|cpu|cuda(:\d+)?)$')
 _KINDS = {bool: 'a boolean', int: 'an integer', float: 'a float', str: 'a string'}
 
 
-def check(name: str, value: Any) -> Optional[str]:
-    """Why value is not acceptable for parameter name, or None when it is."""
+def check(name: str, value: Any, settings: Optional[Mapping[str, Any]] = None) -> Optional[str]:
+    """
+    Why value is not acceptable for parameter name, or None when it is.
+
+    settings: the other parameters' values (the node's, with the same call's changes), for
+    the checks that involve two: system_prompt against max_prompt_bytes. Without them the
+    defaults stand in.
+    """
     param = PARAMS_BY_NAME.get(name)
     if param is None:
         return f'unknown parameter {name!r}'
-    return check_value(param, value)
+    reason = check_value(param, value)
+    if reason or name not in ('system_prompt', 'max_prompt_bytes'):
+        return reason
+    current = {p.name: p.default for p in DECODER_PARAMS}
+    current.update(settings or {})
+    current[name] = value
+    reason = check_system_prompt(current['system_prompt'], current['max_prompt_bytes'])
+    if reason and name == 'max_prompt_bytes':
+        return f'max_prompt_bytes {value} refused: {reason}'
+    return reason
 
 
 def check_value(param: Param, value: Any) -> Optional[str]:
-    """Why value is not acceptable for param (type, choices, range, format), or None."""
+    """Why value is not acceptable for param alone (type, choices, range, format), or None."""
     name = param.name
     if type(value) is not type(param.default):
         return (f'{name} must be {_KINDS[type(param.default)]}, '

@@ -8,6 +8,15 @@ the wire bytes as UTF-8 with errors replaced by U+FFFD and stops at the first NU
 invalid UTF-8 from a sender shows up here as U+FFFD, and a NUL never arrives (the sender's
 string is cut there). Direct callers can still pass NULs and lone surrogates; both are refused.
 
+A prompt of only whitespace and invisible format characters (Unicode category Cf: zero-width
+spaces, byte-order marks, direction marks) is empty. Format characters inside text stay: they
+join emoji and shape scripts.
+
+system_prompt, a node parameter put before every prompt, meets the same checks (the prompt's
+max_prompt_bytes, invalid text, controls) but is refused, not cleaned, when it holds control
+characters: a parameter is what its setter sent, and a silent edit would hide their mistake.
+Empty is fine (the template's default system turn); only whitespace or format characters is not.
+
 Prompts are data only: nothing here, and nothing downstream, executes them or opens them as
 paths. They go to the tokenizer and nowhere else.
 """
@@ -15,6 +24,7 @@ paths. They go to the tokenizer and nowhere else.
 from dataclasses import dataclass
 import re
 from typing import Optional
+import unicodedata
 
 # Text that cannot be a prompt: NUL, lone UTF-16 surrogates, and U+FFFD, which is what rclpy
 # makes of invalid UTF-8 on the wire.
@@ -42,20 +52,55 @@ class Admission:
 def admit(text: str, max_prompt_bytes: int) -> Admission:
     """Check a prompt before tokenising it; control characters come out, bad text is refused."""
     size = len(text.encode('utf-8', 'surrogatepass'))
-    if size > max_prompt_bytes:
-        return Admission('', size, reason=(
-            f'prompt is {size} bytes; max_prompt_bytes is {max_prompt_bytes}: shorten it or '
-            'raise max_prompt_bytes'))
-    bad = _INVALID.search(text)
-    if bad:
-        return Admission('', size, reason=(
-            f'prompt is not valid text: {_describe(bad.group())} at character {bad.start()}; '
-            'send UTF-8 text'))
+    reason = _size_or_invalid('prompt', text, size, max_prompt_bytes)
+    if reason:
+        return Admission('', size, reason=reason)
     clean, removed = _CONTROL.subn('', text)
-    if not clean.strip():
-        what = f'only {removed} control characters' if removed else 'empty or only whitespace'
+    if _blank(clean):
+        what = f'only {removed} control characters' if removed else _blank_kind(clean)
         return Admission('', size, removed, f'empty prompt ({what}): send some text to answer')
     return Admission(clean, size, removed)
+
+
+def check_system_prompt(text: str, max_prompt_bytes: int) -> Optional[str]:
+    """Why text cannot be the system_prompt parameter, or None; '' (the default) is fine."""
+    size = len(text.encode('utf-8', 'surrogatepass'))
+    reason = _size_or_invalid('system_prompt', text, size, max_prompt_bytes)
+    if reason:
+        return reason
+    controls = _CONTROL.findall(text)
+    if controls:
+        first = _CONTROL.search(text)
+        return (f'system_prompt holds {len(controls)} control characters (the first, '
+                f'U+{ord(first.group()):04X}, at character {first.start()}): remove them; tab, '
+                'newline and carriage return are fine')
+    if text and _blank(text):
+        return (f'system_prompt is {_blank_kind(text)}: set it to an empty string for the '
+                "chat template's default system turn")
+    return None
+
+
+def _size_or_invalid(name: str, text: str, size: int, max_prompt_bytes: int) -> Optional[str]:
+    # Size before anything that reads the text: a 2 MB payload costs a length.
+    if size > max_prompt_bytes:
+        return (f'{name} is {size} bytes; max_prompt_bytes is {max_prompt_bytes}: shorten it '
+                'or raise max_prompt_bytes')
+    bad = _INVALID.search(text)
+    if bad:
+        return (f'{name} is not valid text: {_describe(bad.group())} at character '
+                f'{bad.start()}; send UTF-8 text')
+    return None
+
+
+def _blank(text: str) -> bool:
+    # Stops at the first visible character, so a real prompt costs a character or two.
+    return all(c.isspace() or unicodedata.category(c) == 'Cf' for c in text)
+
+
+def _blank_kind(text: str) -> str:
+    if any(unicodedata.category(c) == 'Cf' for c in text):
+        return 'only whitespace and invisible format characters such as U+200B or U+FEFF'
+    return 'empty or only whitespace'
 
 
 def _describe(char: str) -> str:
@@ -66,10 +111,23 @@ def _describe(char: str) -> str:
     return f'a lone surrogate U+{ord(char):04X}'
 
 
-def too_long(prompt_tokens: int, max_context: int) -> str:
-    """Reason for refusing a prompt that leaves no room for a reply."""
-    return (f'prompt is {prompt_tokens} tokens; max_context is {max_context}, which leaves no '
-            'room for a reply: shorten the prompt, or set truncate_prompt to keep its end')
+def too_long(prompt_tokens: int, max_context: int, system_tokens: int = 0) -> str:
+    """
+    Reason for refusing a prompt that leaves no room for a reply.
+
+    system_tokens: how many of prompt_tokens the system prompt took (Engine.system_tokens), so
+    that the reason blames the right text.
+    """
+    counts = f'prompt is {prompt_tokens} tokens'
+    if system_tokens:
+        counts += f', {system_tokens} of them system_prompt'
+    counts += f'; max_context is {max_context}, which leaves no room for a reply'
+    if system_tokens >= max_context // 2:
+        # truncate_prompt may leave a prompt only half the context (the rest is the reply's);
+        # a system prompt that takes that half does not fit, whatever of the text is cut.
+        return f'{counts}: shorten system_prompt or raise max_context'
+    also = ' (or system_prompt)' if system_tokens else ''
+    return f'{counts}: shorten the prompt{also}, or set truncate_prompt to keep its end'
 
 
 def truncation_limit(max_context: int, max_new_tokens: int) -> int:

@@ -5,6 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 . .venv/bin/activate
+# The interface package (the Generate action), where setup could build it. Only its own
+# environment: install/ may also hold a copy of physinf_ros from make test, which must not
+# shadow the working tree that .venv runs.
+iface_env=install/physinf_ros_interfaces/share/physinf_ros_interfaces/package.bash
+if [ -f "$iface_env" ]; then set +u; . "$iface_env"; set -u; fi
 export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-$(( 100 + RANDOM % 100 ))}
 export ROS_AUTOMATIC_DISCOVERY_RANGE=${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}
 prompt=${PROMPT:-What is the capital of France?}

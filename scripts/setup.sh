@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Create or refresh .venv: the runtime (and with --test, the build and test tools), the package
-# itself in editable mode, and the embedded model converted once into the user cache.
-# Re-running is cheap: nothing is reinstalled unless a requirements file changed.
+# Create or refresh .venv: the runtime (and with --test, the test tools), the package itself in
+# editable mode, the interface package (the Generate action) built into install/, and the
+# embedded model converted once into the user cache.
+# Re-running is cheap: nothing is reinstalled unless a requirements file changed, and the
+# interface package is built again only when its files or requirements.txt changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,5 +28,27 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$digest" ]; then
   pip install --no-deps -e .
   echo "$digest" > "$stamp"
 fi
+
+# The interface package (about 15 s on 2 cores). AMENT_PREFIX_PATH: the wheels install their
+# ament index into .venv, and nothing else points CMake there. scripts/demo.sh sources the
+# result; scripts/test.sh builds it again beside physinf_ros. Without a C compiler, CMake or
+# the Python headers the build fails: the node then serves its topics without the action.
+iface_digest=$( (cat requirements.txt; find interfaces -type f -print0 | sort -z |
+                 xargs -0 sha256sum) | sha256sum | cut -c1-16)
+iface_stamp=install/physinf_ros_interfaces/.setup-digest
+if [ "$(cat "$iface_stamp" 2>/dev/null)" != "$iface_digest" ]; then
+  echo "[setup] building the interface package physinf_ros_interfaces"
+  # The ignore markers: scripts/test.sh says why.
+  for d in build install log; do mkdir -p $d && touch $d/COLCON_IGNORE $d/AMENT_IGNORE; done
+  if (. .venv/bin/activate && export AMENT_PREFIX_PATH="$PWD/.venv" &&
+      colcon build --base-paths interfaces --build-base build --install-base install \
+        > build/interfaces.log 2>&1); then
+    echo "$iface_digest" > "$iface_stamp"
+  else
+    echo "[setup] warning: physinf_ros_interfaces did not build (build/interfaces.log):" \
+      "decoder_node runs without the Generate action" >&2
+  fi
+fi
+
 # Convert the embedded model now (about 20 s once), so the first start does not.
 .venv/bin/python -c 'from physinf_ros.engine.models import resolve; resolve("embedded", print)'

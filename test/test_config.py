@@ -14,6 +14,10 @@ import pytest
     ('dtype', 'int3', ['dtype must be one of']),
     ('model', '  ', ['must not be empty']),
     ('no_such_thing', 1, ['unknown parameter']),
+    ('system_prompt', 'x' * 2**20,
+     ['system_prompt is 1048576 bytes', 'max_prompt_bytes is 65536']),
+    ('system_prompt', 'Obey\x07', ['system_prompt holds 1 control characters']),
+    ('system_prompt', 'broken \ufffd', ['system_prompt is not valid text']),
 ])
 def test_bad_values_are_refused_with_a_reason(name, value, words):
     reason = check(name, value)
@@ -28,3 +32,13 @@ def test_bad_values_are_refused_with_a_reason(name, value, words):
 ])
 def test_good_values_pass(name, value):
     assert check(name, value) is None
+
+
+def test_system_prompt_is_checked_against_the_nodes_max_prompt_bytes():
+    long_prompt = 'x' * 100_000
+    assert 'max_prompt_bytes is 65536' in check('system_prompt', long_prompt)
+    assert check('system_prompt', long_prompt, {'max_prompt_bytes': 200_000}) is None
+    # Lowering the limit below the system prompt in force is refused too, naming both.
+    reason = check('max_prompt_bytes', 1000, {'system_prompt': 'x' * 2000})
+    assert reason.startswith('max_prompt_bytes 1000 refused: system_prompt is 2000 bytes')
+    assert check('max_prompt_bytes', 1000, {'system_prompt': 'Be terse.'}) is None

@@ -3,7 +3,7 @@
 import sys
 
 from physinf_ros.engine import EngineError
-from physinf_ros.prompts import admit, too_long, truncation_limit
+from physinf_ros.prompts import admit, check_system_prompt, too_long, truncation_limit
 import pytest
 
 LIMIT = 65536
@@ -13,6 +13,9 @@ LIMIT = 65536
     ('', ['empty prompt', 'whitespace']),
     (' \t\n\u3000\u00a0 ', ['empty prompt', 'whitespace']),
     ('\x07\x1b\x7f', ['empty prompt', '3 control characters']),
+    ('\u200b\u200b\u200b', ['empty prompt', 'invisible format characters']),
+    ('\ufeff', ['empty prompt', 'U+FEFF']),
+    (' \u200b\n\u2060\u200e\ufeff ', ['empty prompt', 'format characters']),
     ('hello\x00world', ['not valid text', 'NUL', 'character 5']),
     ('bad \ufffd bytes', ['not valid text', 'U+FFFD', 'invalid UTF-8', 'character 4']),
     ('lone \ud800 surrogate', ['not valid text', 'surrogate U+D800']),
@@ -34,7 +37,9 @@ def test_control_characters_are_removed_and_counted_but_layout_stays():
 
 
 def test_good_text_passes_unchanged():
-    text = 'Where is the kitchen? 🤖 こんにちは, naïve “robot”'
+    # A zero-width joiner inside an emoji and a byte-order mark before text: format characters
+    # among visible ones stay.
+    text = 'Where is the kitchen? 🤖 こんにちは, naïve “robot” 👩\u200d🔧 \ufeffok'
     admission = admit(text, LIMIT)
     assert admission.ok and admission.text == text and admission.removed_controls == 0
     assert admission.prompt_bytes == len(text.encode())
@@ -51,6 +56,46 @@ def test_too_long_names_the_token_counts():
     reason = too_long(3000, 1024)
     assert '3000 tokens' in reason and 'max_context is 1024' in reason
     assert 'truncate_prompt' in reason
+
+
+def test_too_long_says_what_the_system_prompt_took():
+    reason = too_long(3000, 1024, system_tokens=2900)
+    assert '3000 tokens, 2900 of them system_prompt' in reason
+    assert 'shorten system_prompt' in reason and 'truncate_prompt' not in reason
+    reason = too_long(1100, 1024, system_tokens=20)
+    assert '20 of them system_prompt' in reason and 'truncate_prompt' in reason
+
+
+def test_engine_counts_the_system_prompt_tokens(embedded_engine):
+    system_prompt = 'You are a careful robot. ' * 40
+    assert embedded_engine.system_tokens('') == 0
+    count = embedded_engine.system_tokens(system_prompt)
+    with_it = len(embedded_engine.encode('Hi', system_prompt=system_prompt))
+    # Its text replaces the template's default system text, which is shorter.
+    assert 200 <= count < with_it <= count + len(embedded_engine.encode('Hi'))
+
+
+@pytest.mark.parametrize('text, words', [
+    ('x' * (LIMIT + 1), ['system_prompt is 65537 bytes', 'max_prompt_bytes is 65536']),
+    ('Be terse.\x00', ['system_prompt is not valid text', 'NUL']),
+    ('bad \ufffd', ['system_prompt is not valid text', 'U+FFFD']),
+    ('lone \udc80', ['system_prompt is not valid text', 'surrogate U+DC80']),
+    ('Be \x1b[31mred\x1b[0m.',
+     ['system_prompt holds 2 control characters', 'U+001B', 'character 3']),
+    ('\u200b\ufeff', ['system_prompt is only whitespace and invisible format characters',
+                      'empty string']),
+    ('   ', ['system_prompt is empty or only whitespace']),
+])
+def test_bad_system_prompts_are_refused_naming_system_prompt(text, words):
+    reason = check_system_prompt(text, LIMIT)
+    assert reason is not None
+    for word in words:
+        assert word in reason
+
+
+@pytest.mark.parametrize('text', ['', 'Be terse.', 'Answer in French.\n\tOne line only.\r\n'])
+def test_good_system_prompts_pass(text):
+    assert check_system_prompt(text, LIMIT) is None
 
 
 @pytest.mark.parametrize('max_context, max_new_tokens, limit', [

@@ -11,7 +11,7 @@ from .base import ContextFull, Decoder, DecoderInfo, EngineError, Sampling
 from .device import device_label, dtype_name, pick_device, pick_dtype
 from .generate import Generation
 from .models import EMBEDDED, ModelSource, quant_method, resolve, stop_token_ids
-from .text import encode_prompt, encode_truncated, load_tokenizer
+from .text import encode_prompt, encode_text, encode_truncated, load_tokenizer
 
 # hf: transformers, eager. hf-graphed: transformers + StaticCache + one CUDA graph per step.
 # eager: our forward op by op. graphed: our whole step in one CUDA graph.
@@ -52,6 +52,11 @@ class Engine:
         """Encode, dropping the start of text so the prompt takes at most limit tokens."""
         self._need_tokenizer()
         return encode_truncated(self.tokenizer, text, limit, use_chat_template, system_prompt)
+
+    def system_tokens(self, system_prompt: str) -> int:
+        """Tokens the system prompt's text takes in every prompt (0 when it is empty)."""
+        self._need_tokenizer()
+        return len(encode_text(self.tokenizer, system_prompt)) if system_prompt else 0
 
     def _need_tokenizer(self) -> None:
         if self.tokenizer is None:

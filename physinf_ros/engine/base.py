@@ -30,9 +30,14 @@ def check_room(position: int, max_context: int) -> None:
         raise ContextFull(f'context of {max_context} tokens is full')
 
 
+# The smallest temperature that is sampled; below it (0 included) the choice is greedy.
+# float32's smallest normal number, 2**-126 (about 1.18e-38): sampling.py says why.
+MIN_TEMPERATURE = torch.finfo(torch.float32).tiny
+
+
 @dataclass(frozen=True)
 class Sampling:
-    """How the next token is chosen: temperature 0 means greedy (argmax)."""
+    """How the next token is chosen: temperature below MIN_TEMPERATURE (0) is greedy (argmax)."""
 
     temperature: float = 0.0
     top_p: float = 1.0
@@ -40,7 +45,8 @@ class Sampling:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature <= 0.0
+        # Written so that a NaN temperature is greedy too.
+        return not self.temperature >= MIN_TEMPERATURE
 
 
 @dataclass(frozen=True)

@@ -124,6 +124,10 @@ class Generation:
             self.step_ms.append(step_ms)
             piece = self._piece(token, step_ms)
         tail = self._detok.flush() if self._detok else ''
+        if self._detok and self._detok.incomplete_tokens:
+            dropped = ('an incomplete UTF-8 character was dropped from the end (in the last '
+                       f'{self._detok.incomplete_tokens} tokens)')
+            self.detail = f'{self.detail}; {dropped}' if self.detail else dropped
         if tail:
             self.pieces.append(tail)
             yield Piece(-1, tail, None)

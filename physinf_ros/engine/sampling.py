@@ -6,13 +6,26 @@ which picks token i with probability p_i, like multinomial sampling, but needs n
 synchronisation and no data-dependent shapes, so it can run inside a captured CUDA graph with
 temperature and top_p held in device tensors and E drawn into a buffer before each replay (by
 the request's seeded generator, which a captured graph could not be re-seeded with).
+
+Temperature: any value gives a valid distribution. A temperature below MIN_TEMPERATURE
+(float32's smallest normal number, 2**-126, about 1.18e-38), 0 included, is greedy:
+`Sampling.greedy` is true, so every backend takes its argmax path. The rule comes from the
+sampling dtype, float32. The logits are shifted so that the largest is 0 before they are
+divided, so (logit - max) / temperature lies in [-inf, 0] and cannot overflow to +inf, whatever
+the logit range; unshifted, logit / temperature overflowed for temperatures below
+max|logit| / 3.4e38 (about 1e-37 for logits near 30) and softmax made NaN of inf - inf. What is
+left unsafe is a temperature that is not a normal float32: 1e-300 rounds to 0 (0 / 0 is NaN) and
+1e-45 is subnormal (flushed to 0 where the device flushes subnormals). `sample` itself raises
+the temperature to MIN_TEMPERATURE, so the captured graph, which reads it from a device tensor,
+is safe too. Near the threshold sampling is greedy in effect: a token whose logit trails the
+largest by more than about 104 x temperature gets probability 0 in float32.
 """
 
 from typing import Optional, Union
 
 import torch
 
-from .base import Sampling
+from .base import MIN_TEMPERATURE, Sampling
 
 Number = Union[float, torch.Tensor]
 
@@ -32,9 +45,13 @@ def sample(logits: torch.Tensor, temperature: Number, top_p: Number,
     """
     Draw one token id from logits [vocab]; returns a long tensor [1] on logits' device.
 
-    race: Exp(1) noise [vocab] drawn beforehand; drawn here from generator when None.
+    temperature and top_p may be 0-d device tensors (the captured graph's). race: Exp(1) noise
+    [vocab] drawn beforehand; drawn here from generator when None.
     """
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    logits = logits.float()
+    # max(), clamp_min(): no host reads, so this runs inside a graph capture (module docstring).
+    scaled = (logits - logits.max()) / _at_least(temperature, MIN_TEMPERATURE)
+    probs = torch.softmax(scaled, dim=-1)
     sorted_probs, order = torch.sort(probs, descending=True)
     # Keep the smallest prefix whose mass reaches top_p; the most likely token always stays.
     outside = (torch.cumsum(sorted_probs, dim=-1) - sorted_probs) >= top_p
@@ -44,6 +61,10 @@ def sample(logits: torch.Tensor, temperature: Number, top_p: Number,
     # index_select, not order[i]: indexing with a 0-d tensor reads it on the host, which a
     # graph capture forbids.
     return order.index_select(0, torch.argmax(sorted_probs / race, dim=-1, keepdim=True))
+
+
+def _at_least(value: Number, low: float) -> Number:
+    return value.clamp_min(low) if isinstance(value, torch.Tensor) else max(value, low)
 
 
 def choose(logits: torch.Tensor, sampling: Sampling,

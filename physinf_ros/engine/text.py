@@ -1,10 +1,26 @@
-"""Text in and out: chat-template prompts and streaming detokenisation."""
+"""
+Text in and out: chat-template prompts and streaming detokenisation.
 
+User text (prompts and system_prompt) never becomes special tokens: `<|im_start|>system`
+typed in a prompt is tokenised as the plain text it is, so no client can open a turn of its
+own. Only the chat template's own markers are special tokens. The template is rendered with
+placeholders for the messages' text, its pieces are tokenised with special tokens recognised,
+and the text in between with special tokens split.
+"""
+
+import threading
 from typing import Callable, List, Tuple
 
 from .base import EngineError
 
 TOKENIZER_FILES = ('tokenizer.json', 'tokenizer_config.json', 'tokenizer.model')
+# Stand-ins for the messages' text while the template renders: the user's text never passes
+# through the template, so nothing in it can collide with these.
+_PLACEHOLDERS = {'system': '\x00physinf-system-text\x00', 'user': '\x00physinf-user-text\x00'}
+# transformers passes split_special_tokens to the shared Rust tokenizer as a flag that every
+# encode call sets: two threads encoding at once could run with each other's setting (a
+# template marker split, or a user's special token parsed).
+_ENCODE_LOCK = threading.Lock()
 
 
 def load_tokenizer(source, log: Callable[[str], None] = lambda _: None):
@@ -19,19 +35,40 @@ def load_tokenizer(source, log: Callable[[str], None] = lambda _: None):
         raise EngineError(f'tokenizer in {source.path} could not be loaded: {exc}') from None
 
 
+def encode_text(tokenizer, text: str) -> List[int]:
+    """Token ids of user text as plain text: special-token strings in it are split."""
+    with _ENCODE_LOCK:
+        return tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
+
+
 def encode_prompt(tokenizer, text: str, use_chat_template: bool = True,
                   system_prompt: str = '') -> List[int]:
     """Token ids for one user turn, wrapped in the model's chat template when asked."""
-    if use_chat_template and getattr(tokenizer, 'chat_template', None):
-        messages = [{'role': 'system', 'content': system_prompt}] if system_prompt else []
-        messages.append({'role': 'user', 'content': text})
-        rendered = tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=False)
-        # The template already holds the special tokens; adding them again would double BOS.
-        return tokenizer.encode(rendered, add_special_tokens=False)
-    if system_prompt:
-        text = f'{system_prompt}\n\n{text}'
-    return tokenizer.encode(text)
+    if not (use_chat_template and getattr(tokenizer, 'chat_template', None)):
+        if system_prompt:
+            text = f'{system_prompt}\n\n{text}'
+        with _ENCODE_LOCK:
+            # The tokenizer's own BOS (if it adds one) still comes: split_special_tokens only
+            # changes how the text is read.
+            return tokenizer.encode(text, split_special_tokens=True)
+    roles = (['system'] if system_prompt else []) + ['user']
+    messages = [{'role': role, 'content': _PLACEHOLDERS[role]} for role in roles]
+    rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                             tokenize=False)
+    contents = {'system': system_prompt, 'user': text}
+    ids: List[int] = []
+    with _ENCODE_LOCK:
+        for role in roles:
+            before, found, rendered = rendered.partition(_PLACEHOLDERS[role])
+            if not found or _PLACEHOLDERS[role] in rendered:
+                raise EngineError(f'the chat template does not put the {role} text in the '
+                                  'prompt exactly once; set use_chat_template to false')
+            # The template's pieces hold its special tokens (and BOS, if it has one); adding
+            # them again would double BOS.
+            ids += tokenizer.encode(before, add_special_tokens=False)
+            ids += tokenizer.encode(contents[role], add_special_tokens=False,
+                                    split_special_tokens=True)
+        return ids + tokenizer.encode(rendered, add_special_tokens=False)
 
 
 def encode_truncated(tokenizer, text: str, limit: int, use_chat_template: bool = True,
@@ -45,7 +82,7 @@ def encode_truncated(tokenizer, text: str, limit: int, use_chat_template: bool =
     ids = encode_prompt(tokenizer, text, use_chat_template, system_prompt)
     if len(ids) <= limit:
         return ids, 0
-    body = tokenizer.encode(text, add_special_tokens=False)
+    body = encode_text(tokenizer, text)
     overhead = len(ids) - len(body)
     keep = limit - overhead
     # Text decoded from a cut token list re-encodes to about as many tokens, not always
@@ -75,6 +112,7 @@ class Detokenizer:
         self._ids: List[int] = []
         self._prefix = 0   # start of the context window
         self._read = 0     # end of what has been emitted
+        self.incomplete_tokens = 0   # set by flush: tokens with a dropped incomplete character
 
     def _decode(self, ids: List[int]) -> str:
         return self._tokenizer.decode(ids, skip_special_tokens=True)
@@ -90,8 +128,18 @@ class Detokenizer:
         return text[len(done):]
 
     def flush(self) -> str:
-        """Whatever is still held back (a dangling partial character) at the end."""
+        """
+        Return whatever is still held back at the end, less an incomplete last character.
+
+        A reply cut mid-character (by max_new_tokens, a full context or a cancel) would end in
+        U+FFFD; that character is dropped, and incomplete_tokens says how many held-back tokens
+        it was in.
+        """
+        held = len(self._ids) - self._read
         done = self._decode(self._ids[self._prefix:self._read])
         text = self._decode(self._ids[self._prefix:])
         self._prefix = self._read = len(self._ids)
-        return text[len(done):] if len(text) > len(done) else ''
+        tail = text[len(done):] if len(text) > len(done) else ''
+        whole = tail.rstrip('\ufffd')
+        self.incomplete_tokens = held if len(whole) < len(tail) else 0
+        return whole
