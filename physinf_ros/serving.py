@@ -10,7 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .engine import Sampling
 
@@ -27,6 +27,8 @@ class Request:
     steps_at_cancel: Optional[int] = None  # steps done when the cancel arrived
     cancelled_at: Optional[float] = None   # time.monotonic() of the cancel
     cancel_detail: str = ''                # why, when not a client's cancel
+    goal_id: Optional[str] = None          # the action goal it serves; None for a topic prompt
+    reply: Any = None                      # where its pieces and end go (the node's sink)
     _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
 
     def cancel(self, detail: str = '') -> None:
@@ -75,6 +77,15 @@ class RequestQueue:
                 self.current = self._waiting.popleft()
                 return self.current
             return None
+
+    def remove(self, request: Request) -> bool:
+        """Take a waiting request out of the queue; False if it is not waiting (any more)."""
+        with self._ready:
+            if request not in self._waiting:
+                return False
+            self._waiting.remove(request)
+            self._ready.notify_all()
+            return True
 
     def done(self) -> None:
         """Mark the current request as ended."""

@@ -130,10 +130,10 @@ class Probe(Node):
         return [e for e in self.since(mark, 'events') if e['id'] == request_id]
 
 
-def serving_decoder(namespace, log_path, **params):
+def serving_decoder(namespace, log_path, probe_class=None, **params):
     """Start decoder_node and a connected Harness; yield the harness, its .node the process."""
     node = DecoderProcess(namespace, log_path, **params)
-    harness = Harness(namespace)
+    harness = Harness(namespace, probe_class or Probe)
     try:
         harness.wait_connected()
     except AssertionError:

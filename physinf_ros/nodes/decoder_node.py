@@ -19,19 +19,22 @@ import sys
 import threading
 import time
 import traceback
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
+import uuid
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import SetParametersResult
 import rclpy
 from rclpy._rclpy_pybind11 import RCLError
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.action import ActionServer, CancelResponse
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.exceptions import ParameterException
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNodeMixin, LifecycleState, TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
+from rclpy.task import Future
 from std_msgs.msg import Float64, String
 from std_srvs.srv import Trigger
 
@@ -44,12 +47,18 @@ from ..roofline import LiveFloor
 from ..serving import Ledger, Request, RequestQueue
 from ..stats import LatencyWindow, TokenIntervals
 
+try:
+    from physinf_ros_interfaces.action import Generate
+except ImportError:   # the interface package is not built or not sourced: topics only
+    Generate = None
+
 # Tokens must all arrive, in order, even when a subscriber lags a little: reliable and deep.
 TOKENS_QOS = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
 # Every request's events matter (a flood of rejections included).
 EVENTS_QOS = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
 # Prompts are never dropped by the transport: the node's own bounded queue decides.
 PROMPT_QOS = QoSProfile(history=HistoryPolicy.KEEP_ALL, reliability=ReliabilityPolicy.RELIABLE)
+CANCELLED_BY_CLIENT = 'cancelled by its client'
 # Why a prompt is refused in each state other than active.
 NOT_SERVING = {
     'unconfigured': 'decoder is unconfigured: configure and activate it first',
@@ -57,6 +66,60 @@ NOT_SERVING = {
     'inactive': 'decoder is inactive: activate it first',
     'finalized': 'decoder is shut down: start a new one',
 }
+
+
+class TopicReply:
+    """A ~/prompt request's reply: its pieces on ~/tokens, the whole on ~/response."""
+
+    readers = frozenset()
+
+    def __init__(self, node: 'DecoderNode'):
+        self._node = node
+
+    def piece(self, text: str, tokens: int, step_ms: Optional[float]) -> None:
+        self._node._publish(self._node._tokens_pub, String(data=text))
+
+    def end(self, outcome: Dict[str, Any], text: str) -> None:
+        self._node._publish(self._node._response_pub, String(data=text))
+
+
+class GoalReply:
+    """A goal's reply: its pieces as feedback, then its outcome to the waiting execute."""
+
+    def __init__(self, goal_handle, done: Future, readers: frozenset):
+        self._goal_handle = goal_handle
+        self._done = done
+        self.readers = readers   # the action's feedback readers when the goal came
+
+    def piece(self, text: str, tokens: int, step_ms: Optional[float]) -> None:
+        self._goal_handle.publish_feedback(Generate.Feedback(
+            piece=text, tokens=tokens, step_ms=float('nan') if step_ms is None else step_ms))
+
+    def end(self, outcome: Dict[str, Any], text: str) -> None:
+        self._done.set_result((outcome, text))
+
+
+def _cancel_marked(goal_handle) -> Future:
+    """Return a future done once rclpy has marked the goal canceling (within a second)."""
+    marked = Future()
+
+    def wait() -> None:
+        deadline = time.monotonic() + 1.0
+        while not goal_handle.is_cancel_requested and time.monotonic() < deadline:
+            time.sleep(0.001)
+        marked.set_result(None)
+
+    threading.Thread(target=wait, daemon=True).start()
+    return marked
+
+
+def goal_settings(goal) -> Dict[str, Any]:
+    """Return the live parameters a goal sets for its request; its defaults mean the node's."""
+    fields = {'max_new_tokens': (goal.max_new_tokens, goal.max_new_tokens != 0),
+              'temperature': (float(goal.temperature), goal.temperature >= 0.0),
+              'top_p': (float(goal.top_p), goal.top_p != 0.0),
+              'seed': (goal.seed, goal.seed >= 0)}
+    return {name: value for name, (value, given) in fields.items() if given}
 
 
 class DecoderNode(LifecycleNodeMixin, Node):
@@ -73,7 +136,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self._settings = {p.name: self.get_parameter(p.name).value for p in DECODER_PARAMS}
         for name, value in self._settings.items():
-            reason = check(name, value)
+            reason = check(name, value, self._settings)
             if reason:
                 raise EngineError(f'parameter {reason}')
         self.autostart = self.get_parameter(AUTOSTART.name).value
@@ -110,6 +173,18 @@ class DecoderNode(LifecycleNodeMixin, Node):
         self.create_service(Trigger, '~/cancel', self._on_cancel)
         self.create_service(Trigger, '~/cancel_all', self._on_cancel_all)
         self.create_timer(1.0, self._publish_diagnostics)
+        self._goals: Dict[str, Request] = {}   # by goal id, from acceptance to their end
+        if Generate is None:
+            self.get_logger().warning(
+                'the Generate action is off: physinf_ros_interfaces is not built or not '
+                'sourced (colcon build --base-paths . interfaces; source install/setup.bash); '
+                'the topics serve as usual')
+        else:
+            # Reentrant: every goal's execute waits (without a thread) for its request's end.
+            ActionServer(self, Generate, '~/generate', execute_callback=self._execute_goal,
+                         cancel_callback=self._cancel_goal,
+                         callback_group=ReentrantCallbackGroup())
+            self.create_timer(0.2, self._watch_goal_clients)
 
     # -- lifecycle ----------------------------------------------------------------------------
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -204,8 +279,11 @@ class DecoderNode(LifecycleNodeMixin, Node):
 
     # -- parameters ---------------------------------------------------------------------------
     def _on_set_parameters(self, params) -> SetParametersResult:
+        # Checked against the settings as this call would leave them (system_prompt against
+        # max_prompt_bytes, set together or apart).
+        after = {**self._settings, **{param.name: param.value for param in params}}
         for param in params:
-            reason = check(param.name, param.value)
+            reason = check(param.name, param.value, after)
             if reason is None and PARAMS_BY_NAME[param.name].read_only \
                     and self.state != 'unconfigured':
                 reason = (f'{param.name} is read at configure: change it while the node is '
@@ -225,29 +303,45 @@ class DecoderNode(LifecycleNodeMixin, Node):
         queue = self._queue
         return queue.current if queue is not None else None
 
-    def _event(self, event: str, request_id: Optional[int], reason: str, **extra) -> None:
+    def _event(self, event: str, request_id: Optional[int], reason: str,
+               goal_id: Optional[str] = None, **extra) -> None:
         payload = {'event': event, 'id': request_id, 'reason': reason, **extra}
+        if goal_id is not None:
+            payload['goal_id'] = goal_id
         self._publish(self._events_pub, String(data=json.dumps(payload)))
 
-    def _reject(self, request_id: int, reason: str, **extra) -> None:
+    def _reject(self, request_id: int, reason: str, goal_id: Optional[str] = None,
+                **extra) -> str:
         self._ledger.count('rejected')
         self.get_logger().warning(f'request {request_id} rejected: {reason}')
-        self._event('rejected', request_id, reason, **extra)
+        self._event('rejected', request_id, reason, goal_id, **extra)
+        return reason
 
     def _on_prompt(self, msg: String) -> None:
+        self._submit(msg.data, {}, TopicReply(self))
+
+    def _submit(self, text: str, overrides: Dict[str, Any], reply,
+                goal_id: Optional[str] = None) -> Optional[str]:
+        """Admit a prompt from ~/prompt or a goal; the reason when refused, else None."""
         with self._serving:
             request_id, self._next_id = self._next_id, self._next_id + 1
             self._ledger.count('received')
             if self.state != 'active':
-                return self._reject(request_id, NOT_SERVING[self.state], state=self.state)
-            self._admit(request_id, msg.data)
+                return self._reject(request_id, NOT_SERVING[self.state], goal_id,
+                                    state=self.state)
+            return self._admit(request_id, text, overrides, reply, goal_id)
 
-    def _admit(self, request_id: int, text: str) -> None:
-        s = dict(self._settings)
+    def _admit(self, request_id: int, text: str, overrides: Dict[str, Any], reply,
+               goal_id: Optional[str]) -> Optional[str]:
+        for name, value in overrides.items():
+            reason = check(name, value)
+            if reason:
+                return self._reject(request_id, f'goal field {reason}', goal_id)
+        s = {**self._settings, **overrides}
         # Size and text checks come before any tokenizer work: a 2 MB payload costs a length.
         admission = admit(text, s['max_prompt_bytes'])
         if not admission.ok:
-            return self._reject(request_id, admission.reason,
+            return self._reject(request_id, admission.reason, goal_id,
                                 prompt_bytes=admission.prompt_bytes)
         notes = []
         if admission.removed_controls:
@@ -263,25 +357,91 @@ class DecoderNode(LifecycleNodeMixin, Node):
                     s['use_chat_template'], s['system_prompt'])
                 notes.append(f'truncated from {full} to {len(prompt_ids)} tokens '
                              f'(the first {dropped} tokens of the text dropped)')
+            system_tokens = engine.system_tokens(s['system_prompt'])
         except Exception as exc:  # noqa: B902 - a tokenizer failure must not kill the node
-            return self._reject(request_id, f'prompt could not be tokenised: {exc}')
+            return self._reject(request_id, f'prompt could not be tokenised: {exc}', goal_id)
         room = max_context - len(prompt_ids)
         if room < 1:
-            return self._reject(request_id, too_long(len(prompt_ids), max_context),
-                                prompt_tokens=len(prompt_ids), max_context=max_context)
+            return self._reject(request_id, too_long(len(prompt_ids), max_context, system_tokens),
+                                goal_id, prompt_tokens=len(prompt_ids), max_context=max_context)
         seed = s['seed'] if s['seed'] >= 0 else None
         request = Request(request_id, prompt_ids, min(s['max_new_tokens'], room),
-                          Sampling(s['temperature'], s['top_p'], seed))
+                          Sampling(s['temperature'], s['top_p'], seed), goal_id=goal_id,
+                          reply=reply)
 
         def accepted(position: int) -> None:
             self._ledger.count('accepted')
+            if goal_id is not None:
+                self._goals[goal_id] = request
             self._event('accepted', request_id,
-                        '; '.join([f'queued at position {position}'] + notes),
+                        '; '.join([f'queued at position {position}'] + notes), goal_id,
                         prompt_tokens=len(prompt_ids))
 
         if not self._queue.put(request, accepted):
-            self._reject(request_id, f'queue full ({self._queue.maxsize} waiting): '
-                         'retry later or configure the node with a larger queue_size')
+            return self._reject(request_id, f'queue full ({self._queue.maxsize} waiting): '
+                                'retry later or configure the node with a larger queue_size',
+                                goal_id)
+        return None
+
+    # -- the Generate action ------------------------------------------------------------------
+    async def _execute_goal(self, goal_handle):
+        """Serve one goal through the shared queue; its result is the request's end."""
+        goal = goal_handle.request
+        goal_id = str(uuid.UUID(bytes=bytes(goal_handle.goal_id.uuid)))
+        done = Future()
+        refused = self._submit(goal.prompt, goal_settings(goal),
+                               GoalReply(goal_handle, done, self._feedback_readers()), goal_id)
+        if refused is not None:
+            goal_handle.abort()
+            return Generate.Result(finish_reason='rejected', detail=refused)
+        outcome, text = await done
+        request = self._goals.pop(goal_id)
+        finished = outcome['event'] == 'finished'
+        reason = outcome['reason'] if finished else 'error'
+        if reason in ('eos', 'length'):
+            goal_handle.succeed()
+        elif reason == 'cancelled' and request.cancel_detail == CANCELLED_BY_CLIENT:
+            # rclpy marks the goal canceling only after _cancel_goal returns; the request can
+            # end before that (a waiting one at once, a running one within a step).
+            if not goal_handle.is_cancel_requested:
+                await _cancel_marked(goal_handle)
+            goal_handle.canceled()
+        else:   # an error, or cancelled by the node (deactivate, shutdown, vanished client)
+            goal_handle.abort()
+        return Generate.Result(
+            text=text, finish_reason=reason,
+            detail=outcome.get('detail', '') if finished else outcome['reason'],
+            tokens=outcome.get('tokens', 0), ttft_ms=outcome.get('ttft_ms') or 0.0,
+            tokens_per_s=outcome.get('tokens_per_s', 0.0))
+
+    def _cancel_goal(self, goal_handle) -> CancelResponse:
+        request = self._goals.get(str(uuid.UUID(bytes=bytes(goal_handle.goal_id.uuid))))
+        if request is None:
+            return CancelResponse.REJECT   # it has ended already
+        request.cancel(CANCELLED_BY_CLIENT)
+        self.get_logger().info(f'cancelling request {request.id} (goal {request.goal_id})')
+        if self._queue.remove(request):
+            self._finish_unstarted(request)   # waiting: it ends now, not when its turn comes
+        return CancelResponse.ACCEPT
+
+    def _feedback_readers(self) -> frozenset:
+        """Endpoints now reading the action's feedback: the action clients."""
+        topic = f'{self.get_fully_qualified_name()}/generate/_action/feedback'
+        return frozenset(bytes(info.endpoint_gid)
+                         for info in self.get_subscriptions_info_by_topic(topic))
+
+    def _watch_goal_clients(self) -> None:
+        # A goal's client is one of the feedback readers that were there when it came (the
+        # middleware does not say which); once none of those is left, its client has gone.
+        goals = [r for r in list(self._goals.values()) if not r.cancelled]
+        if not goals:
+            return
+        present = self._feedback_readers()
+        for request in goals:
+            if request.reply.readers and not request.reply.readers & present:
+                request.cancel('its action client disappeared')
+                self.get_logger().warning(f'request {request.id} (goal {request.goal_id}): '
+                                          'its action client disappeared; cancelling it')
 
     def _on_cancel(self, request, response):
         current, queue = self._current, self._queue
@@ -326,21 +486,25 @@ class DecoderNode(LifecycleNodeMixin, Node):
             except Exception as exc:  # noqa: B902 - report, then keep serving
                 self._ledger.count('errors')
                 self.get_logger().error(f'request {request.id} failed: {exc}')
-                self._event('error', request.id, f'decoding failed: {exc}')
+                self._end(request, '', 'error', f'decoding failed: {exc}')
             finally:
                 queue.done()
+
+    def _end(self, request: Request, text: str, event: str, reason: str, **extra) -> None:
+        """Publish a request's last event and hand its reply and outcome to its client."""
+        self._event(event, request.id, reason, request.goal_id, **extra)
+        request.reply.end({'event': event, 'reason': reason, **extra}, text)
 
     def _finish_unstarted(self, request: Request) -> None:
         # Cancelled while waiting: it ends like any other request, with an empty reply.
         self._ledger.count('finished', 'cancelled')
-        self._publish(self._response_pub, String(data=''))
-        self._event('finished', request.id, 'cancelled',
-                    detail=request.cancel_detail or 'cancelled while waiting',
-                    tokens=0, steps=0, ttft_ms=None, tokens_per_s=0.0)
+        self._end(request, '', 'finished', 'cancelled',
+                  detail=request.cancel_detail or 'cancelled while waiting',
+                  tokens=0, steps=0, ttft_ms=None, tokens_per_s=0.0)
 
     def _decode(self, request: Request) -> None:
         self._event('started', request.id, f'decoding {len(request.prompt_ids)} prompt tokens',
-                    prompt_tokens=len(request.prompt_ids))
+                    request.goal_id, prompt_tokens=len(request.prompt_ids))
         generation = self.engine.generate(
             request.prompt_ids, request.max_new_tokens, request.sampling,
             cancelled=lambda: request.cancelled)
@@ -349,7 +513,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
         # everything here overlaps the device's work.
         for piece in generation:
             if piece.text:
-                self._publish(self._tokens_pub, String(data=piece.text))
+                request.reply.piece(piece.text, len(generation.token_ids), piece.step_ms)
                 self._intervals.tick(time.monotonic())
             if piece.step_ms is not None:
                 request.steps += 1
@@ -358,18 +522,17 @@ class DecoderNode(LifecycleNodeMixin, Node):
         self._last_ttft_ms = generation.ttft_ms
         reason = generation.finish_reason
         self._ledger.count('finished', *(['cancelled'] if reason == 'cancelled' else []))
-        self._publish(self._response_pub, String(data=generation.text))
         steps = generation.step_ms
         extra = {}
         if reason == 'cancelled' and request.steps_at_cancel is not None:
             # How promptly a cancel takes: steps decoded after it arrived, and the time taken.
             extra = {'steps_after_cancel': len(steps) - request.steps_at_cancel,
                      'cancel_ms': round((time.monotonic() - request.cancelled_at) * 1000, 3)}
-        self._event('finished', request.id, reason,
-                    detail=generation.detail or request.cancel_detail,
-                    tokens=len(generation.token_ids), steps=len(steps),
-                    ttft_ms=round(generation.ttft_ms, 3),
-                    tokens_per_s=round(generation.tokens_per_s, 2), **extra)
+        self._end(request, generation.text, 'finished', reason,
+                  detail=generation.detail or request.cancel_detail,
+                  tokens=len(generation.token_ids), steps=len(steps),
+                  ttft_ms=round(generation.ttft_ms, 3),
+                  tokens_per_s=round(generation.tokens_per_s, 2), **extra)
         self.get_logger().info(
             f'request {request.id} finished ({reason}): '
             f'{len(generation.token_ids)} tokens, TTFT {generation.ttft_ms:.1f} ms, '

@@ -3,6 +3,9 @@ prompt_client: send one prompt to a decoder node and print the reply as it strea
 
     ros2 run physinf_ros prompt_client --prompt "What is the capital of France?"
 
+Sends the prompt as a goal of the decoder's Generate action, so it prints its own reply only,
+even while other clients are served; Ctrl-C cancels the goal. Where the interface package
+physinf_ros_interfaces is not built it falls back to the ~/prompt topic (single client).
 Prints the tokens as they arrive, then the decoder's diagnostics. Exits 0 when the request
 finished, 1 when it was rejected, failed or timed out.
 """
@@ -14,12 +17,13 @@ import time
 
 from diagnostic_msgs.msg import DiagnosticArray
 import rclpy
+from rclpy.action import ActionClient
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from std_msgs.msg import String
 
 from .common import DIAGNOSTICS_QOS
-from .decoder_node import EVENTS_QOS, TOKENS_QOS
+from .decoder_node import EVENTS_QOS, Generate, TOKENS_QOS
 
 
 class PromptClient(Node):
@@ -31,6 +35,8 @@ class PromptClient(Node):
         self.sent = False
         self.request_id = None
         self.outcome = None
+        self.goal_handle = None
+        self.via_topic = False
         self.diagnostics = None
         self._prompt_pub = self.create_publisher(String, f'{self.decoder}/prompt', 10)
         self.create_subscription(String, f'{self.decoder}/tokens', self._on_token, TOKENS_QOS)
@@ -46,15 +52,17 @@ class PromptClient(Node):
 
     def send(self, text: str) -> None:
         self._prompt_pub.publish(String(data=text))
-        self.sent = True
+        self.sent = self.via_topic = True
 
     def _on_token(self, msg: String) -> None:
         # Topics are not ordered against each other: a token may beat the 'accepted' event.
-        if self.sent and self.outcome is None:
+        if self.via_topic and self.outcome is None:
             sys.stdout.write(msg.data)
             sys.stdout.flush()
 
     def _on_event(self, msg: String) -> None:
+        if not self.via_topic:
+            return   # a goal's outcome comes with its result
         event = json.loads(msg.data)
         if self.request_id is None and event['event'] in ('accepted', 'rejected'):
             self.request_id = event['id']
@@ -62,6 +70,34 @@ class PromptClient(Node):
             return
         if event['event'] in ('finished', 'rejected', 'error'):
             self.outcome = event
+
+    def send_goal(self, text: str, timeout_s: float) -> bool:
+        """Send text as a Generate goal; False when no action server answers in time."""
+        client = ActionClient(self, Generate, f'{self.decoder}/generate')
+        if not client.wait_for_server(timeout_sec=timeout_s):
+            return False
+        self.sent = True
+        self._goal = client.send_goal_async(Generate.Goal(prompt=text),
+                                            feedback_callback=self._on_feedback)
+        self._goal.add_done_callback(self._on_goal_response)
+        return True
+
+    def _on_feedback(self, feedback) -> None:
+        sys.stdout.write(feedback.feedback.piece)
+        sys.stdout.flush()
+
+    def _on_goal_response(self, future) -> None:
+        self.goal_handle = future.result()
+        self.goal_handle.get_result_async().add_done_callback(self._on_result)
+
+    def _on_result(self, future) -> None:
+        result = future.result().result
+        finished = result.finish_reason in ('eos', 'length', 'cancelled')
+        # The same shape as the events the topic path reads.
+        self.outcome = {'event': 'finished' if finished else result.finish_reason,
+                        'reason': result.finish_reason if finished else result.detail,
+                        'tokens': result.tokens, 'ttft_ms': result.ttft_ms,
+                        'tokens_per_s': result.tokens_per_s}
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         for status in msg.status:
@@ -92,7 +128,13 @@ def main(argv=None) -> int:
             node.get_logger().error(f'no decoder at {args.decoder} after {args.timeout:.0f} s: '
                                     'is decoder_node running in this ROS domain?')
             return code
-        node.send(args.prompt)
+        if Generate is None:
+            node.get_logger().warning('physinf_ros_interfaces is not built: sending on the '
+                                      '~/prompt topic (replies of other clients may mix in)')
+            node.send(args.prompt)
+        elif not node.send_goal(args.prompt, args.timeout):
+            node.get_logger().error(f'no Generate action at {args.decoder}/generate')
+            return code
         if not _spin_until(node, lambda: node.outcome is not None, args.timeout):
             node.get_logger().error('no answer in time')
             return code
@@ -106,10 +148,12 @@ def main(argv=None) -> int:
         _spin_until(node, lambda: node.diagnostics is not None, 3.0)
         print(f'finished ({outcome["reason"]}): {outcome["tokens"]} tokens, '
               f'TTFT {outcome["ttft_ms"]:.1f} ms, {outcome["tokens_per_s"]:.1f} tokens/s')
+        width = max(map(len, node.diagnostics or {'': 0}))
         for key, value in (node.diagnostics or {}).items():
-            print(f'  {key:>18}: {value}')
+            print(f'  {key:>{width}}: {value}')
     except (KeyboardInterrupt, ExternalShutdownException):
-        pass
+        if node.goal_handle is not None and node.outcome is None:
+            node.goal_handle.cancel_goal_async()   # best effort: the decoder also watches us
     finally:
         node.destroy_node()
         rclpy.try_shutdown()
