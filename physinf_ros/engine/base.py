@@ -1,9 +1,12 @@
 """The Decoder protocol: what every backend offers the generation loop."""
 
 from dataclasses import dataclass
-from typing import Optional, Protocol, Sequence
+from typing import Optional, Protocol, Sequence, TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:   # llama.py imports this module's neighbours; only the type is needed here
+    from .llama import ModelConfig
 
 
 class EngineError(RuntimeError):
@@ -54,10 +57,31 @@ class DecoderInfo:
     note: str = ''
 
 
+@dataclass(frozen=True)
+class StepFacts:
+    """
+    What one decode step reads, as its decoder states it: the model's shape and storage widths.
+
+    element_bytes is the width of the 16- or 32-bit tensors; group_size is set when the
+    linears are 4-bit GPTQ codes, with zero_bytes per group and output for their zeros;
+    quant_method names a quantised format whose bytes are not modelled (EXL2's mixed widths).
+    """
+
+    config: 'ModelConfig'
+    element_bytes: float
+    kv_bytes_per_element: float
+    group_size: Optional[int] = None
+    zero_bytes: float = 0.0
+    quant_method: Optional[str] = None
+
+
 class Decoder(Protocol):
     """Batch-1 decoding with a KV cache, one token per step."""
 
     info: DecoderInfo
+
+    def step_facts(self) -> StepFacts:
+        """Return the model's shape and how its weights and KV cache are stored."""
 
     @property
     def position(self) -> int:
