@@ -117,7 +117,8 @@ class KernelConfig:
         tuned = dict(self.tuned)
         for row in tuning.get('gemv', []):
             row = dict(row)
-            tuned[row.pop('kind'), row.pop('n'), row.pop('k')] = GemvConfig(**row)
+            key = (row.pop('kind'), row.pop('n'), row.pop('k'))
+            tuned[key] = GemvConfig(**row)
         attention = replace(self.attention, **tuning.get('attention', {}))
         return replace(self, tuned=tuned, attention=attention)
 
