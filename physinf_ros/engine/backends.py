@@ -178,8 +178,8 @@ def pick(backend: str, device: torch.device, quantization: Optional[str] = None,
         hint = ('this model has float weights: append :gptq to the model spec for a 4-bit copy'
                 if quantization is None else f'run this {quantization} model with '
                 + ', '.join(b.name for b in takers))
-        raise EngineError(f'backend {chosen.name} runs '
-                          f'{" and ".join(sorted(chosen.checkpoints))} checkpoints only; {hint}')
+        kinds = ' and '.join(sorted(chosen.family.checkpoints))
+        raise EngineError(f'backend {chosen.name} runs {kinds} checkpoints only; {hint}')
     if chosen.family is NATIVE and quantization and not cuda:
         log(f'{quantization} checkpoint on {device.type}: backend {chosen.name} runs it with '
             'its weights dequantised to float once at load (the 4-bit kernels need CUDA)')
