@@ -5,11 +5,13 @@ transformers eager, transformers StaticCache + CUDA graph, our eager and our gra
 and for GPTQ models (``synthetic:ARCH:gptq``) our graphed 4-bit step and exllamav2's.
 
 First a correctness check (our graphed step against transformers in bf16: logits error per step
-and greedy tokens, with the top-2 gap where they part), then per (model, backend, ctx)
-a fresh decoder, a real prefill of ctx random tokens, warm-up steps and the median of measured
-steps, each step timed with the device synchronised. R_floor comes from the roofline of the
-loaded decoder (4-bit byte accounting for GPTQ) at the target's datasheet bandwidth. Writes JSON
-with every sample.
+and greedy tokens, with the top-2 gap where they part), then per (model, backend, ctx) one
+session of the package's protocol (physinf_ros.bench.protocol.run_session: a fresh decoder, a
+real prefill of ctx random tokens, warm-up steps, measured steps) and its median. R_floor comes
+from the roofline of the loaded decoder (4-bit byte accounting for GPTQ) at the target's
+datasheet bandwidth. Every cell runs one kernel configuration: config/kernels.yaml's for this
+GPU, with --tuning's shapes and --kernel-flag's settings over it (one arm of an A/B). Writes
+JSON with every sample.
 
     python3 benchmarks/engine_compare.py --models synthetic:llama-3.1-8b --out results.json
 """
@@ -18,24 +20,26 @@ import argparse
 import json
 import platform
 import statistics
-import time
 
-from physinf_ros.engine import kernels, load, Sampling
+from physinf_ros.bench.protocol import Plan, run_session, vocab_size
+from physinf_ros.engine import backends, load, Sampling
+from physinf_ros.engine.kernels import KernelConfig
+from physinf_ros.engine.models import resolve
 from physinf_ros.roofline import decoder_floor
 from physinf_ros.targets import detect
 import torch
 import transformers
 import triton
 
-FAMILIES = (['hf', 'hf-graphed'], ['eager', 'graphed'], ['exllamav2'])
 EXLLAMA_WARMUP = 210   # exllamav2's per-layer graphs start after 205 calls at one shape
 
 
-def check(model, steps=32, prompt_len=128):
+def check(model, kernel_config, steps=32, prompt_len=128):
     """Greedy decode with hf and graphed from one prompt: logits error, first divergence."""
-    ours = load(model, backend='graphed', max_context=prompt_len + steps + 8)
+    ours = load(model, backend='graphed', max_context=prompt_len + steps + 8,
+                kernel_config=kernel_config)
     ref = load(model, backend='hf', max_context=prompt_len + steps + 8)
-    ids = torch.randint(0, ours.decoder.weights.config.vocab_size, (prompt_len,),
+    ids = torch.randint(0, vocab_size(ours), (prompt_len,),
                         generator=torch.Generator().manual_seed(0)).tolist()
     greedy = Sampling()
     a, b = [ref.decoder.prefill(ids, greedy)], [ours.decoder.prefill(ids, greedy)]
@@ -57,35 +61,22 @@ def check(model, steps=32, prompt_len=128):
             'logit_rel_error_median': statistics.median(errors), 'divergence': divergence}
 
 
-def time_cell(engine, backend, ctx, warmup, steps, seed):
-    decoder = engine.renew(backend)
-    vocab = 1000
-    ids = torch.randint(0, vocab, (ctx,), generator=torch.Generator().manual_seed(seed)).tolist()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    decoder.prefill(ids, Sampling())
-    torch.cuda.synchronize()
-    prefill_ms = (time.perf_counter() - start) * 1000
-    for _ in range(warmup):
-        decoder.step()
-    samples = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        decoder.step()
-        samples.append((time.perf_counter() - start) * 1000)
-    return {'backend': decoder.info.backend, 'ctx': ctx, 'prefill_ms': prefill_ms,
-            'step_ms_median': statistics.median(samples), 'step_ms': samples}
-
-
-def run_family(report, model, chosen, contexts, args, b_peak):
+def run_family(report, model, chosen, contexts, args, b_peak, kernel_config):
+    """Time each backend of one family at each context: one protocol session per cell."""
     warmup = max(args.warmup, EXLLAMA_WARMUP) if chosen[0].startswith('exllamav2') else args.warmup
-    max_context = max(contexts) + warmup + args.steps + 8
-    engine = load(model, backend=chosen[0], max_context=max_context)
+    plan = Plan(model=model, modes=tuple(chosen), contexts=tuple(contexts), steps=args.steps,
+                warmup=warmup, sessions=1)
+    engine = load(model, backend=chosen[0], max_context=plan.max_context(max(contexts)),
+                  kernel_config=kernel_config)
     floor = decoder_floor(engine.decoder, b_peak)
     for backend in chosen:
         for ctx in contexts:
             try:
-                cell = time_cell(engine, backend, ctx, warmup, args.steps, seed=ctx)
+                # The session slot is the context: each context its own prompt, as before.
+                ran, session = run_session(engine, plan, backend, ctx, ctx, lambda ms: None,
+                                           lambda: False, lambda _: None)
+                cell = {'backend': ran, 'ctx': ctx, 'prefill_ms': session.prefill_ms,
+                        'step_ms_median': session.median_ms, 'step_ms': session.step_ms}
             except Exception as exc:  # noqa: B902 - record the failure, keep the rest
                 cell = {'backend': backend, 'ctx': ctx, 'error': f'{type(exc).__name__}: '
                         f'{str(exc)[:300]}'}
@@ -102,6 +93,21 @@ def run_family(report, model, chosen, contexts, args, b_peak):
     torch.cuda.empty_cache()
 
 
+def kernel_config_from_args(args, parser) -> KernelConfig:
+    """kernels.yaml's configuration for this GPU, then the sweep's shapes, then the flags."""
+    config = KernelConfig.for_device(torch.device('cuda'))
+    if args.tuning:   # the sweep's shapes win over config/kernels.yaml's
+        with open(args.tuning) as f:
+            config = config.with_tuning(json.load(f)['tuning'])
+    for flag in args.kernel_flag:
+        name, _, value = flag.partition('=')
+        try:
+            config = config.with_flag(name, value)
+        except (TypeError, ValueError) as exc:
+            parser.error(str(exc))
+    return config
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--models', default='synthetic:llama-3.1-8b',
@@ -110,47 +116,35 @@ def main(argv=None):
     parser.add_argument('--contexts', default='2048,8192,16384')
     parser.add_argument('--warmup', type=int, default=5)
     parser.add_argument('--steps', type=int, default=30)
-    parser.add_argument('--tuning', help='kernel_sweep.py output to apply before timing')
+    parser.add_argument('--tuning', help='kernel_sweep.py output: its launch shapes for the '
+                        'kernel configuration of every cell')
     parser.add_argument('--kernel-flag', action='append', default=[], metavar='NAME=VALUE',
-                        help='set a switch (0|1) or a number of physinf_ros.engine.kernels, or '
-                             'an entry of one of its tables, for an A/B (e.g. HALF2=0: 4-bit '
-                             'GEMVs in float32 arithmetic; ATTENTION.splits=16)')
+                        help='set a switch (0|1) or a number of the kernel configuration, for '
+                             'one arm of an A/B (e.g. HALF2=0: 4-bit GEMVs in float32 '
+                             'arithmetic; ATTENTION.splits=16)')
     parser.add_argument('--skip-check', action='store_true')
     parser.add_argument('--out', required=True)
     args = parser.parse_args(argv)
-    if args.tuning:   # the sweep's shapes win over config/kernels.yaml's
-        kernels.load_tuning(torch.device('cuda'))
-        kernels.apply_tuning(json.load(open(args.tuning))['tuning'])
-    flags = {}
-    for flag in args.kernel_flag:
-        name, value = flag.split('=')
-        table, _, key = name.rpartition('.')   # ATTENTION.out_heads: an entry of a table
-        owner = getattr(kernels, table) if table else vars(kernels)
-        current = owner.get(key) if isinstance(owner, dict) else None
-        if isinstance(current, bool):
-            flags[name] = value == '1'
-        elif isinstance(current, int):
-            flags[name] = int(value)
-        else:
-            parser.error(f'{name} is not a switch or number of physinf_ros.engine.kernels')
-        owner[key] = flags[name]
+    kernel_config = kernel_config_from_args(args, parser)
     target = detect(torch.device('cuda'))
     contexts = [int(c) for c in args.contexts.split(',')]
-    backends = args.backends.split(',')
+    names = args.backends.split(',')
     report = {'models': args.models, 'gpu': torch.cuda.get_device_name(),
               'b_peak_gbps': target.bandwidth_gbs, 'torch': torch.__version__,
               'transformers': transformers.__version__, 'triton': triton.__version__,
               'python': platform.python_version(), 'warmup': args.warmup, 'steps': args.steps,
-              'tuning': args.tuning, 'kernel_flags': flags, 'cells': []}
+              'tuning': args.tuning, 'kernel_flags': args.kernel_flag,
+              'kernel_config': kernel_config.facts(), 'cells': []}
     models = args.models.split(',')
     if not args.skip_check:
-        report['check'] = check(models[0])
+        report['check'] = check(models[0], kernel_config)
         print('check:', json.dumps(report['check']), flush=True)
     for model in models:
-        for family in FAMILIES:
-            chosen = [b for b in family if b in backends]
-            if chosen and usable(model, family):
-                run_family(report, model, chosen, contexts, args, target.bandwidth_gbs)
+        quantization = resolve(model).quant_method
+        for family in Plan(modes=tuple(names)).families():
+            if backends.BY_NAME[family[0]].takes(quantization):
+                run_family(report, model, family, contexts, args, target.bandwidth_gbs,
+                           kernel_config)
     with open(args.out, 'w') as f:
         json.dump(report, f, indent=1)
     print(f'{"model":>28} {"backend":>12} {"ctx":>6} {"ms/step":>9} {"R_floor":>8}')
@@ -160,12 +154,6 @@ def main(argv=None):
             print(f'{head} ERROR {cell["error"][:60]}')
         else:
             print(f'{head} {cell["step_ms_median"]:9.3f} {cell.get("r_floor", float("nan")):8.3f}')
-
-
-def usable(model, family):
-    """Say whether family runs model: transformers float only, exllamav2 GPTQ only."""
-    gptq = model.endswith(':gptq')
-    return not ((gptq and family is FAMILIES[0]) or (not gptq and family is FAMILIES[2]))
 
 
 if __name__ == '__main__':

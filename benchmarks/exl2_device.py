@@ -15,7 +15,8 @@ JSON and the next phase still runs. Phases:
              same weights dequantised to float32, causality, top-1 agreement vs bfloat16
   stock      the stock exllamav2 step on the synthetic 8B: the median of its first 30 steps
              (before its own graphs start at call 205), then per KV cache kind and context the
-             median of 30 steps after 210 warm-up steps; R_floor with B_peak 4800 GB/s
+             median of 30 steps after 210 warm-up steps; R_floor against the GPU's B_peak
+             (config/targets.yaml, as everywhere: physinf_ros.roofline and .targets)
   profile    three warm steps under torch.profiler: host launches, graph launches, syncs,
              kernels, aten ops, GPU busy time per step
   gemv       the step's 224 quantised GEMVs and its fp16 head through exllamav2's
@@ -48,11 +49,12 @@ from physinf_ros.engine import gptq, gptq_files, load, Sampling  # noqa: E402
 from physinf_ros.engine.agreement import decoder_agreement, TEXT, top1_agreement  # noqa: E402
 from physinf_ros.engine.exllama import KV_BYTES_PER_ELEMENT  # noqa: E402
 from physinf_ros.engine.llama import ModelConfig  # noqa: E402
-from physinf_ros.engine.models import synthetic_config  # noqa: E402
+from physinf_ros.engine.models import read_config, synthetic_config  # noqa: E402
+from physinf_ros.roofline import Dense, kv_bytes, t_floor_s, weight_bytes_per_step  # noqa: E402
+from physinf_ros.targets import detect  # noqa: E402
 import torch  # noqa: E402
 
 ARCH = 'llama-3.1-8b'
-B_PEAK = 4800e9            # H200 datasheet, bytes/s
 WARM_STEPS = 210           # exllamav2 captures its per-layer graphs at call 205
 MEASURED = 30
 QUESTION = 'What is the capital of France?'
@@ -62,25 +64,9 @@ def median_ms(times):
     return round(statistics.median(times), 4)
 
 
-def kv_bytes(config: ModelConfig, ctx: int, cache: str = 'fp16') -> float:
-    return 2 * config.num_layers * config.kv_size * ctx * KV_BYTES_PER_ELEMENT[cache]
-
-
-def float_weight_bytes(config: ModelConfig, element: int = 2) -> int:
-    """W of a float model: every weight once, of the embedding table one row."""
-    h, layer = config.hidden_size, 0
-    for out_features, in_features in gptq.linear_shapes(config).values():
-        layer += out_features * in_features
-    if config.qkv_bias:
-        layer += config.q_size + 2 * config.kv_size
-    layer += 2 * h
-    head = config.vocab_size * h
-    return element * (config.num_layers * layer + h + head + (0 if config.tie_word_embeddings
-                                                              else h))
-
-
-def floor_fields(w: int, w_all: int, kv: float, step_ms: float) -> dict:
-    t_floor, t_floor_all = (w + kv) / B_PEAK * 1e3, (w_all + kv) / B_PEAK * 1e3
+def floor_fields(w: int, w_all: int, kv: float, step_ms: float, bandwidth: float) -> dict:
+    t_floor = t_floor_s(w, kv, bandwidth) * 1e3
+    t_floor_all = t_floor_s(w_all, kv, bandwidth) * 1e3
     return {'t_floor_ms': round(t_floor, 4), 'R_floor': round(t_floor / step_ms, 4),
             't_floor_all_ms': round(t_floor_all, 4),
             'R_floor_all': round(t_floor_all / step_ms, 4)}
@@ -144,7 +130,7 @@ def synthetic(run: Run, folder: Path) -> dict:
     if not (folder / 'config.json').is_file():
         gptq_files.write_synthetic(hf, folder)
     config = ModelConfig.from_hf(hf)
-    spec = gptq.GptqSpec.from_hf(json.loads((folder / 'config.json').read_text()))
+    spec = gptq.GptqSpec.from_hf(read_config(folder / 'config.json'))
     w, w_all = gptq.weight_bytes(config, spec)
     run.state.update(synthetic_dir=folder, w=w, w_all=w_all, config=config,
                      group_size=spec.group_size)
@@ -217,11 +203,11 @@ def stock(run: Run, contexts, caches) -> dict:
         for ctx in contexts:
             step_times(decoder.model, decoder.cache, ctx - 1, 5)
             measured = sorted(step_times(decoder.model, decoder.cache, ctx - 1, MEASURED))
-            kv = kv_bytes(config, ctx, cache)
+            kv = kv_bytes(config, ctx, KV_BYTES_PER_ELEMENT[cache])
             cell = {'cache': cache, 'ctx': ctx, 'step_ms': median_ms(measured),
                     'step_ms_p10': round(measured[MEASURED // 10], 4),
                     'step_ms_p90': round(measured[MEASURED * 9 // 10], 4), 'kv_bytes': int(kv)}
-            cell.update(floor_fields(w, w_all, kv, cell['step_ms']))
+            cell.update(floor_fields(w, w_all, kv, cell['step_ms'], run.state['b_peak_gbs']))
             result['cells'].append(cell)
             print(f'[exl2]   {cache} KV, ctx {ctx}: {cell["step_ms"]} ms/step, '
                   f'R_floor {cell["R_floor"]}', flush=True)
@@ -302,12 +288,12 @@ def gemv(run: Run) -> dict:
         for t in gptq.quantized_specs('', m.out_features, m.in_features, group))
     return {'linears': len(linears), 'bytes_read': read, 'eager_ms': eager_ms,
             'graph_ms': graph_ms, 'graph_TBps': round(read / graph_ms / 1e9, 3),
-            'graph_R': round(read / B_PEAK * 1e3 / graph_ms, 4)}
+            'graph_R': round(t_floor_s(read, 0, run.state['b_peak_gbs']) * 1e3 / graph_ms, 4)}
 
 
 def bf16(run: Run, contexts) -> dict:
     config = ModelConfig.from_hf(synthetic_config(ARCH))
-    w = float_weight_bytes(config)
+    w = weight_bytes_per_step(config, Dense(2))
     engine = load(f'synthetic:{ARCH}', backend='graphed', max_context=max(contexts) + 64)
     cells = []
     for ctx in contexts:
@@ -321,7 +307,7 @@ def bf16(run: Run, contexts) -> dict:
             if index >= 5:
                 times.append((time.perf_counter() - start) * 1e3)
         step = median_ms(times)
-        t_floor = (w + kv_bytes(config, ctx)) / B_PEAK * 1e3
+        t_floor = t_floor_s(w, kv_bytes(config, ctx, 2), run.state['b_peak_gbs']) * 1e3
         cells.append({'ctx': ctx, 'step_ms': step, 't_floor_ms': round(t_floor, 4),
                       'R_floor': round(t_floor / step, 4)})
         print(f'[exl2]   bf16 graphed ctx {ctx}: {step} ms/step, R_floor {cells[-1]["R_floor"]}',
@@ -384,6 +370,9 @@ def main(argv=None) -> int:
 
     run = Run(args.out)
     run.record['environment'] = environment()
+    # B_peak of every R_floor here: the GPU's entry in config/targets.yaml.
+    run.state['b_peak_gbs'] = run.record['environment']['b_peak_gbs'] = detect(
+        torch.device('cuda')).bandwidth_gbs
     scratch = Path(tempfile.mkdtemp(prefix='physinf-exl2-'))
     embedded = args.embedded
     if embedded is None:

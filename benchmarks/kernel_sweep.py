@@ -11,15 +11,17 @@ M=1) timed the same way, and writes JSON.
 """
 
 import argparse
+from dataclasses import asdict, replace
 import itertools
 import json
 import time
 
-from physinf_ros.engine import kernels, ops_torch
+from physinf_ros.engine import ops_torch
 from physinf_ros.engine.gptq import PackedLinear
-from physinf_ros.engine.kernels import GemvConfig
+from physinf_ros.engine.kernels import AttentionConfig, GemvConfig, KernelConfig, KernelOps
 from physinf_ros.engine.llama import ModelConfig, rope_tables
 from physinf_ros.engine.models import resolve
+from physinf_ros.targets import measure_copy_bandwidth
 import torch
 import triton
 
@@ -74,7 +76,8 @@ def random_weight(kind, rows, k, device, dtype):
     return PackedLinear(codes, scales, None, GROUP_SIZE, dtype)
 
 
-def sweep_gemv(kind, n, k, copies, device, dtype):
+def sweep_gemv(kind, n, k, copies, device, dtype, base_config: KernelConfig):
+    """Time every candidate launch shape of one GEMV, each in its own kernel configuration."""
     base = kind.removesuffix('_q4')
     rows = 2 * n if base == 'gate_up' else n
     weights = [random_weight(kind, rows, k, device, dtype) for _ in range(copies)]
@@ -82,14 +85,14 @@ def sweep_gemv(kind, n, k, copies, device, dtype):
     norm = torch.ones(k, device=device, dtype=dtype)
     bytes_read = weights[0].nbytes * copies
 
-    def run():
+    def run(ops):
         for w in weights:
             if base == 'rms_matvec':
-                kernels.rms_matvec(x, norm, w, None, 1e-5)
+                ops.rms_matvec(x, norm, w, None, 1e-5)
             elif base == 'gate_up':
-                kernels.rms_gate_up_silu(x, norm, w, 1e-5)
+                ops.rms_gate_up_silu(x, norm, w, 1e-5)
             else:
-                kernels.matvec_add(out, x, w)
+                ops.matvec_add(out, x, w)
 
     def one(ops, w):   # one GEMV's output, for the correctness check
         if base == 'rms_matvec':
@@ -104,12 +107,12 @@ def sweep_gemv(kind, n, k, copies, device, dtype):
     out = torch.zeros(n, device=device)
     results = []
     for cfg in CANDIDATES[kind]:
-        kernels.TUNED[(kind, n, k)] = cfg
+        ops = KernelOps(base_config.with_gemv(kind, n, k, cfg))
         try:
-            error = ((one(kernels, weights[0]) - expected).norm() / expected.norm()).item()
+            error = ((one(ops, weights[0]) - expected).norm() / expected.norm()).item()
             if not error < 2e-2:   # bf16 rounding of the reference; a wrong tile is order one
                 raise ValueError(f'wrong result: relative error {error:.3g}')
-            ms = timed(run)
+            ms = timed(lambda: run(ops))
         except Exception as exc:  # noqa: B902 - a config that fails to compile is skipped
             results.append({'config': cfg.__dict__, 'error': str(exc)[:200]})
             continue
@@ -117,7 +120,6 @@ def sweep_gemv(kind, n, k, copies, device, dtype):
                         'rel_error': error})
     ok = [r for r in results if 'ms' in r]
     best = min(ok, key=lambda r: r['ms'])
-    kernels.TUNED[(kind, n, k)] = GemvConfig(**best['config'])
     cublas_ms = None   # cuBLAS has no 4-bit GEMV to compare with
     if not kind.endswith('_q4'):
         xb = x.to(dtype)[None]
@@ -131,7 +133,7 @@ def sweep_gemv(kind, n, k, copies, device, dtype):
             'all': results}
 
 
-def sweep_attention(c: ModelConfig, contexts, device, dtype):
+def sweep_attention(c: ModelConfig, contexts, device, dtype, base_config: KernelConfig):
     """Time attention (RoPE, cache write, splits, merge) per layer for each shape and ctx."""
     out = []
     layers = 8  # rotate over caches larger than L2
@@ -141,17 +143,17 @@ def sweep_attention(c: ModelConfig, contexts, device, dtype):
     v_cache = torch.randn(shape, device=device).to(dtype)
     qkv = torch.randn((c.num_heads + 2 * c.num_kv_heads) * c.head_dim, device=device)
     cos, sin = rope_tables(c, max_context, device)
-    saved = dict(kernels.ATTENTION)
     for ctx in contexts:
         pos = torch.tensor([ctx - 1], dtype=torch.int32, device=device)
         kv_bytes = 2 * c.num_kv_heads * c.head_dim * ctx * k_cache.element_size()
         rows = []
         for splits, min_chunk, block_t in itertools.product((16, 32, 64), (128, 256, 512),
                                                             (32, 64)):
-            kernels.ATTENTION.update(splits=splits, min_chunk=min_chunk, block_t=block_t)
+            ops = KernelOps(replace(base_config, attention=replace(
+                base_config.attention, splits=splits, min_chunk=min_chunk, block_t=block_t)))
             try:
-                ms = timed(lambda: [kernels.rope_attention(qkv, pos, cos, sin, k_cache[i],
-                                                           v_cache[i], c.num_heads)
+                ms = timed(lambda: [ops.rope_attention(qkv, pos, cos, sin, k_cache[i],
+                                                       v_cache[i], c.num_heads)
                                     for i in range(layers)]) / layers
             except Exception as exc:  # noqa: B902 - record and go on
                 rows.append({'splits': splits, 'min_chunk': min_chunk, 'block_t': block_t,
@@ -159,7 +161,6 @@ def sweep_attention(c: ModelConfig, contexts, device, dtype):
                 continue
             rows.append({'splits': splits, 'min_chunk': min_chunk, 'block_t': block_t,
                          'us_per_layer': ms * 1000, 'gbps': kv_bytes / ms / 1e6})
-        kernels.ATTENTION.update(saved)
         ok = [r for r in rows if 'us_per_layer' in r]
         out.append({'ctx': ctx, 'kv_bytes_per_layer': kv_bytes,
                     'best': min(ok, key=lambda r: r['us_per_layer']), 'all': rows})
@@ -175,15 +176,7 @@ def best_attention(rows):
                 key = (r['splits'], r['min_chunk'], r['block_t'])
                 totals[key] = totals.get(key, 0.0) + r['us_per_layer']
     splits, min_chunk, block_t = min(totals, key=totals.get)
-    return {'splits': splits, 'min_chunk': min_chunk, 'block_t': block_t, 'num_warps': 4}
-
-
-def copy_bandwidth(device):
-    """Device-to-device copy, bytes read + written per second (GB/s)."""
-    a = torch.empty(2 * 1024 ** 3, dtype=torch.uint8, device=device)
-    b = torch.empty_like(a)
-    ms = timed(lambda: b.copy_(a))
-    return 2 * a.numel() / ms / 1e6
+    return asdict(AttentionConfig(splits, min_chunk, block_t))
 
 
 def main(argv=None):
@@ -199,14 +192,15 @@ def main(argv=None):
     config = ModelConfig.from_hf(resolve(args.model).hf_config)
     start = time.time()
     report = {'model': args.model, 'gpu': torch.cuda.get_device_name(),
-              'copy_gbps': copy_bandwidth(device), 'gemv': [], 'attention': []}
-    kernels.load_tuning(device)
+              'copy_gbps': measure_copy_bandwidth(device), 'gemv': [], 'attention': []}
+    # Shapes not swept keep config/kernels.yaml's; each candidate is a configuration of its own.
+    base_config = KernelConfig.for_device(device)
     kinds = args.kinds.split(',') if args.kinds else None
 
     def save():   # after every shape: a sweep cut short still leaves its results
         report['tuning'] = {
             'attention': (best_attention(report['attention']) if report['attention']
-                          else dict(kernels.ATTENTION)),
+                          else asdict(base_config.attention)),
             'gemv': [{'kind': r['kind'], 'n': r['n'], 'k': r['k'], **r['best']['config']}
                      for r in report['gemv']]}
         report['sweep_s'] = time.time() - start
@@ -216,14 +210,14 @@ def main(argv=None):
     for kind, n, k, copies in gemv_cases(config):
         if kinds and kind not in kinds:
             continue
-        row = sweep_gemv(kind, n, k, copies, device, dtype)
+        row = sweep_gemv(kind, n, k, copies, device, dtype, base_config)
         report['gemv'].append(row)
         save()
         print(f'{kind:>10} {n:>6}x{k:<6} best {row["best"]["gbps"]:7.0f} GB/s '
               f'{row["best"]["config"]}  cuBLAS {row["cublas_gbps"] or 0:7.0f} GB/s', flush=True)
     contexts = [int(c) for c in args.contexts.split(',')]
     if not args.skip_attention:
-        report['attention'] = sweep_attention(config, contexts, device, dtype)
+        report['attention'] = sweep_attention(config, contexts, device, dtype, base_config)
     for row in report['attention']:
         best = row['best']
         print(f'attention ctx {row["ctx"]:>6}: {best["us_per_layer"]:6.1f} us/layer '

@@ -12,6 +12,7 @@ import json
 import time
 
 from physinf_ros.engine import load, Sampling
+from physinf_ros.engine.kernels import KernelConfig
 import torch
 from torch.profiler import profile, ProfilerActivity
 
@@ -21,13 +22,16 @@ def main(argv=None):
     parser.add_argument('--model', default='synthetic:llama-3.1-8b')
     parser.add_argument('--ctx', type=int, default=2048)
     parser.add_argument('--steps', type=int, default=20)
-    parser.add_argument('--tuning', help='kernel_sweep.py output to apply first')
+    parser.add_argument('--tuning', help='kernel_sweep.py output: its launch shapes over '
+                        'those of config/kernels.yaml')
     parser.add_argument('--out', required=True)
     args = parser.parse_args(argv)
+    kernel_config = KernelConfig.for_device(torch.device('cuda'))
     if args.tuning:
-        from physinf_ros.engine import kernels
-        kernels.apply_tuning(json.load(open(args.tuning))['tuning'])
-    engine = load(args.model, backend='graphed', max_context=args.ctx + 2 * args.steps + 16)
+        with open(args.tuning) as f:
+            kernel_config = kernel_config.with_tuning(json.load(f)['tuning'])
+    engine = load(args.model, backend='graphed', max_context=args.ctx + 2 * args.steps + 16,
+                  kernel_config=kernel_config)
     decoder = engine.decoder
     decoder.prefill(torch.randint(0, 1000, (args.ctx,)).tolist(), Sampling())
     for _ in range(5):

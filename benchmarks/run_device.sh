@@ -13,9 +13,11 @@
 #              it outlives this call; the next call on the same machine finds it built)
 #   q4sweep    launch-shape sweep of the 4-bit GEMVs only, kept on the machine for q4compare
 #   bf16sweep  sweep of the bf16 norm+GEMV and residual GEMV shapes only (wider block_n range)
-#   ab         A/B of kernel switches, one engine_compare per variant, in one call: AB_VARIANTS
+#   ab         A/B of kernel settings, one engine_compare per variant, in one call: AB_VARIANTS
 #              is ';'-separated variants of space-separated NAME=VALUE flags (e.g.
-#              "EVICT_FIRST=0;EVICT_FIRST=1"), AB_MODELS and AB_CONTEXTS pick the cells (graphed only)
+#              "EVICT_FIRST=0;EVICT_FIRST=1"); each variant builds its own kernel configuration
+#              (kernels.yaml's for the GPU with its flags set, KernelConfig.with_flag) that every
+#              decoder of that run owns. AB_MODELS and AB_CONTEXTS pick the cells (graphed only)
 #   q4compare  issue 5's comparison: synthetic Llama-3.1-8B bf16 graphed, and GPTQ 4-bit graphed
 #              vs exllamav2, contexts 2048-16384, R_floor for each
 #   rosvenv    a venv with rclpy from the carried ROS wheels (.gpu-ros-wheels, made here by

@@ -4,7 +4,7 @@ import argparse
 import json
 import sys
 
-from .engine import BACKENDS, EMBEDDED, EngineError, load, Sampling
+from .engine import BACKEND_HELP, BACKENDS, EMBEDDED, EngineError, load, MODEL_SPEC_HELP, Sampling
 
 
 def _log(message: str) -> None:
@@ -13,10 +13,8 @@ def _log(message: str) -> None:
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
     """--model/--backend/--device/--dtype/--max-context, shared by the CLIs."""
-    parser.add_argument('--model', default=EMBEDDED,
-                        help='embedded, a .gguf file, a model directory, a hub id ORG/NAME '
-                             'or synthetic:ARCH; append :gptq for a 4-bit copy')
-    parser.add_argument('--backend', default='auto', choices=BACKENDS)
+    parser.add_argument('--model', default=EMBEDDED, help=MODEL_SPEC_HELP)
+    parser.add_argument('--backend', default='auto', choices=BACKENDS, help=BACKEND_HELP)
     parser.add_argument('--device', default='auto', help='auto, cpu, cuda or cuda:N')
     parser.add_argument('--dtype', default='auto', help='auto, float32, bfloat16 or float16')
     parser.add_argument('--max-context', type=int, default=2048,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import re
 from typing import Any, Mapping, Optional, Tuple
 
-from .engine import BACKENDS
+from .engine import BACKEND_HELP, BACKENDS, EMBEDDED, MODEL_SPEC_HELP
 from .engine.device import DTYPES
 from .prompts import check_system_prompt
 
@@ -33,11 +33,8 @@ class Param:
 
 
 DECODER_PARAMS = (
-    Param('model', 'embedded',
-          'Model spec: "embedded" (SmolLM2-135M-Instruct), a .gguf file, a Hugging Face model '
-          'directory, a hub id ORG/NAME from the local Hugging Face cache, or synthetic:ARCH; '
-          'any of them + ":gptq" for a 4-bit GPTQ copy made once.', read_only=True),
-    Param('backend', 'auto', 'Decoding backend: ' + ', '.join(BACKENDS) + '.',
+    Param('model', EMBEDDED, MODEL_SPEC_HELP, read_only=True),
+    Param('backend', 'auto', 'Decoding backend: ' + BACKEND_HELP + '.',
           read_only=True, choices=BACKENDS),
     Param('device', 'auto', 'auto (CUDA when present, else CPU), cpu, cuda or cuda:N.',
           read_only=True),

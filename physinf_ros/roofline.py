@@ -17,12 +17,10 @@ gives every element the same width (bf16: 2 bytes); `Gptq4` prices the `linear` 
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Protocol
 
-from .engine.gptq import quant_method
-from .engine.llama import ModelConfig
+from .engine.llama import is_norm, ModelConfig, tensor_inventory
 from .targets import detect
 
 GB = 1e9                      # bandwidths and sizes are decimal, as datasheets print them
-DTYPE_BYTES = {'float32': 4, 'bfloat16': 2, 'float16': 2}
 
 
 @dataclass(frozen=True)
@@ -83,35 +81,24 @@ class Gptq4:
 
 
 def weight_tensors(config: ModelConfig) -> List[WeightTensor]:
-    """List every weight tensor of a Llama-family model, named as Hugging Face names them."""
-    h, i, q, kv = config.hidden_size, config.intermediate_size, config.q_size, config.kv_size
-    v = config.vocab_size
+    """List every weight tensor of a Llama-family model (llama.tensor_inventory), as read."""
     tensors = []
-    if config.tie_word_embeddings:
-        # One table serves both ends: the lm_head reads it whole every step, and the input row
-        # the step also looks up lies inside those same bytes, so the table counts once.
-        tensors.append(WeightTensor('model.embed_tokens.weight', 'lm_head', v, h, v))
-    else:
-        tensors.append(WeightTensor('model.embed_tokens.weight', 'embedding', v, h, 1))
-        tensors.append(WeightTensor('lm_head.weight', 'lm_head', v, h, v))
-    tensors.append(WeightTensor('model.norm.weight', 'norm', h, 1, h))
-    for n in range(config.num_layers):
-        p = f'model.layers.{n}.'
-        layer = [(p + 'input_layernorm.weight', 'norm', h, 1),
-                 (p + 'self_attn.q_proj.weight', 'linear', q, h),
-                 (p + 'self_attn.k_proj.weight', 'linear', kv, h),
-                 (p + 'self_attn.v_proj.weight', 'linear', kv, h),
-                 (p + 'self_attn.o_proj.weight', 'linear', h, q),
-                 (p + 'post_attention_layernorm.weight', 'norm', h, 1),
-                 (p + 'mlp.gate_proj.weight', 'linear', i, h),
-                 (p + 'mlp.up_proj.weight', 'linear', i, h),
-                 (p + 'mlp.down_proj.weight', 'linear', h, i)]
-        if config.qkv_bias:
-            layer += [(p + 'self_attn.q_proj.bias', 'bias', q, 1),
-                      (p + 'self_attn.k_proj.bias', 'bias', kv, 1),
-                      (p + 'self_attn.v_proj.bias', 'bias', kv, 1)]
-        tensors += [WeightTensor(name, kind, rows, cols, rows)
-                    for name, kind, rows, cols in layer]
+    for name, shape in tensor_inventory(config):
+        rows, cols = shape[0], shape[1] if len(shape) == 2 else 1
+        rows_read = rows
+        if name == 'model.embed_tokens.weight' and not config.tie_word_embeddings:
+            kind, rows_read = 'embedding', 1   # the input row of this token
+        elif name in ('model.embed_tokens.weight', 'lm_head.weight'):
+            # A tied table serves both ends: the lm_head reads it whole every step, and the
+            # input row the step also looks up lies inside those same bytes, so it counts once.
+            kind = 'lm_head'
+        elif is_norm(name):
+            kind = 'norm'
+        elif name.endswith('.bias'):
+            kind = 'bias'
+        else:
+            kind = 'linear'
+        tensors.append(WeightTensor(name, kind, rows, cols, rows_read))
     return tensors
 
 
@@ -185,42 +172,26 @@ class Floor:
                 'R_floor': r_floor(t_floor, step_ms)}
 
 
-def decoder_model_config(decoder) -> ModelConfig:
-    """
-    Return the ModelConfig of a loaded decoder (ours, transformers' or exllamav2's).
-
-    Raises ValueError for a transformers model outside the Llama family (its bytes per step
-    are not modelled here).
-    """
-    weights = getattr(decoder, 'weights', None)
-    if weights is not None:
-        return weights.config
-    hf_config = getattr(decoder, 'hf_config', None)
-    if hf_config is not None:
-        return ModelConfig.from_hf(hf_config)
-    return ModelConfig.from_hf(decoder.model.config.to_dict())
-
-
 def decoder_accounting(decoder) -> ByteAccounting:
-    """How a loaded decoder's weights are stored: Dense in its dtype, or Gptq4."""
-    weights = getattr(decoder, 'weights', None)
-    if weights is not None and weights.group_size:
-        packed = weights.layers[0].wqkv
-        return Gptq4(weights.group_size, 0.0 if packed.zeros is None else 1.0,
-                     DTYPE_BYTES[decoder.info.dtype])
-    group_size = getattr(decoder, 'group_size', None)
-    if group_size:
-        return Gptq4(group_size, 0.5)
-    method = quant_method(getattr(decoder, 'hf_config', None) or {})
-    if method:   # EXL2 mixes bit widths per layer: its bytes are not modelled here
-        raise ValueError(f'the bytes per step of a {method} checkpoint are not modelled')
-    return Dense(DTYPE_BYTES[decoder.info.dtype])
+    """How a loaded decoder's weights are stored (its step_facts): Dense, or Gptq4."""
+    facts = decoder.step_facts()
+    if facts.group_size:
+        return Gptq4(facts.group_size, facts.zero_bytes, facts.element_bytes)
+    if facts.quant_method:   # EXL2 mixes bit widths per layer: its bytes are not modelled here
+        raise ValueError(f'the bytes per step of a {facts.quant_method} checkpoint are not '
+                         'modelled')
+    return Dense(facts.element_bytes)
 
 
 def decoder_floor(decoder, bandwidth_gbs: float) -> Floor:
-    """Return the Floor of a loaded decoder: its weights as stored, its KV cache's width."""
-    kv_width = getattr(decoder, 'kv_bytes_per_element', None) or DTYPE_BYTES[decoder.info.dtype]
-    return Floor(decoder_model_config(decoder), decoder_accounting(decoder), kv_width,
+    """
+    Return the Floor of a loaded decoder: its weights as stored, its KV cache's width.
+
+    Raises ValueError where the decoder's bytes are not modelled (a transformers model outside
+    the Llama family, an EXL2 checkpoint).
+    """
+    facts = decoder.step_facts()
+    return Floor(facts.config, decoder_accounting(decoder), facts.kv_bytes_per_element,
                  bandwidth_gbs)
 
 

@@ -8,8 +8,9 @@ Measured numbers are printed (run with -s) and recorded as junit properties.
 
 from importlib.util import find_spec
 
-from physinf_ros.engine import EngineError, EXLLAMA, load, Sampling
+from physinf_ros.engine import EngineError, load, Sampling
 from physinf_ros.engine.agreement import decoder_agreement, TEXT, top1_agreement
+from physinf_ros.engine.backends import family
 from physinf_ros.engine.generate import FINISH_LENGTH
 import pytest
 import torch
@@ -57,7 +58,7 @@ def test_loads_in_fp16_and_leaves_torch_threads_alone(engine, threads_before):
     assert torch.get_num_threads() == threads_before
 
 
-@pytest.mark.parametrize('backend', EXLLAMA)
+@pytest.mark.parametrize('backend', family('exllamav2'))
 def test_greedy_reply_names_paris(engine, backend):
     engine.renew(backend)
     generation = engine.generate(engine.encode(QUESTION), 48)

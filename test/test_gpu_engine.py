@@ -12,6 +12,7 @@ import math
 import statistics
 
 from physinf_ros.engine import load, Sampling
+from physinf_ros.engine.kernels import KernelConfig
 from physinf_ros.engine.models import resolve
 import pytest
 from tiny_models import ARCHS, dequantised_copy, save_tiny, save_tiny_gptq
@@ -173,3 +174,22 @@ def test_overlapped_loop_gives_the_step_by_step_tokens(sampling):
     assert all(0.0 < ms < 50.0 for ms in overlapped.step_ms)
     print(f'overlapped loop, {sampling}: {len(expected)} tokens, step median '
           f'{statistics.median(overlapped.step_ms):.4f} ms')
+
+
+def test_the_decoder_keeps_the_kernel_configuration_it_was_given(tmp_path):
+    # Before the configuration was the decoder's own, every new decoder re-applied
+    # config/kernels.yaml over the module's shapes, so a sweep's shapes or an attention flag
+    # set for an A/B were undone before anything was timed.
+    cuda = torch.device('cuda')
+    given = KernelConfig.for_device(cuda).with_flag('ATTENTION.splits', '16').with_tuning({
+        'gemv': [{'kind': 'rms_matvec', 'n': 6144, 'k': 4096, 'block_n': 8, 'block_k': 1024,
+                  'split_k': 1, 'num_warps': 4}]})
+    model = str(save_tiny('llama-3.1-8b', tmp_path))
+    engine = load(model, backend='graphed', device='cuda', max_context=64, kernel_config=given)
+    assert engine.decoder.ops.config is given
+    assert engine.renew('eager').ops.config is given
+    assert engine.renew('graphed', max_context=96).ops.config is given
+    assert given.attention.splits == 16
+    assert given.gemv('rms_matvec', 6144, 4096) == given.tuned['rms_matvec', 6144, 4096]
+    default = load(model, backend='graphed', device='cuda', max_context=64)
+    assert default.decoder.ops.config == KernelConfig.for_device(cuda)

@@ -82,10 +82,11 @@ def test_whole_step_matches_the_torch_path():
     for cache in caches:
         prefill(weights, cache, prompt, cos, sin)
     token = torch.tensor([5], device=DEVICE)
+    ops = kernels.KernelOps(kernels.KernelConfig())   # as a decoder holds them
     for step in range(4):
         pos = torch.tensor([len(prompt) + step], dtype=torch.int32, device=DEVICE)
         ref = decode_one_token(weights, caches[0], token, pos, cos, sin, ops_torch)
-        out = decode_one_token(weights, caches[1], token, pos, cos, sin, kernels)
+        out = decode_one_token(weights, caches[1], token, pos, cos, sin, ops)
         assert rel(out, ref) < 1e-5
         token = torch.argmax(ref).view(1)
 
@@ -106,3 +107,21 @@ def test_greedy_head_takes_the_argmax_in_the_gemv(dtype):
     w[999 if best < 999 else 0] = w[best]
     kernels.greedy_head(x, g, w, 1e-5, logits, token, pos)
     assert token.item() == min(best, 0 if best == 999 else best) and pos.item() == 43
+
+
+def test_an_ab_builds_one_configuration_per_arm():
+    base = kernels.KernelConfig().with_tuning({
+        'attention': {'splits': 16},
+        'gemv': [{'kind': 'rms_matvec', 'n': 6144, 'k': 4096, 'block_n': 4, 'block_k': 1024,
+                  'split_k': 1, 'num_warps': 8}]})
+    arm = base.with_flag('EVICT_FIRST', '0').with_flag('ATTENTION.min_chunk', '256')
+    assert base.evict_first and not arm.evict_first
+    assert arm.attention == kernels.AttentionConfig(16, 256, 64, 4)
+    assert base.attention.min_chunk == 128 and kernels.KernelConfig().attention.splits == 32
+    assert arm.tuned == base.tuned and not kernels.KernelConfig().tuned
+    assert base.with_flag('half2', '0').half2 is False
+    for name in ('PREFETCH', 'ATTENTION.nothing', 'tuned'):
+        with pytest.raises(ValueError, match='not a kernel switch'):
+            base.with_flag(name, '1')
+    with pytest.raises(TypeError):
+        base.tuned['rms_matvec', 1, 1] = kernels.GemvConfig()   # frozen: build another

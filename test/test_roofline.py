@@ -199,8 +199,8 @@ def test_gptq_accounting_matches_the_checkpoint_and_what_our_kernels_read(tmp_pa
 
 def test_exl2_checkpoints_get_no_made_up_floor():
     from types import SimpleNamespace
+    from physinf_ros.engine.base import StepFacts
     from physinf_ros.roofline import decoder_accounting
-    decoder = SimpleNamespace(group_size=None, info=SimpleNamespace(dtype='float16'),
-                              hf_config={'quantization_config': {'quant_method': 'exl2'}})
+    decoder = SimpleNamespace(step_facts=lambda: StepFacts(None, 2.0, 2.0, quant_method='exl2'))
     with pytest.raises(ValueError, match='exl2 checkpoint are not modelled'):
         decoder_accounting(decoder)

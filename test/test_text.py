@@ -1,7 +1,7 @@
 """Prompt encoding and streaming detokenisation."""
 
 from physinf_ros.engine import Sampling
-from physinf_ros.engine.base import DecoderInfo
+from physinf_ros.engine.base import DecoderInfo, DeferredStep
 from physinf_ros.engine.generate import FINISH_LENGTH, Generation
 from physinf_ros.engine.text import Detokenizer, encode_prompt, encode_text
 import pytest
@@ -104,3 +104,6 @@ class ReplayDecoder:
 
     def step(self):
         return next(self.tokens)
+
+    def launch(self):
+        return DeferredStep(self.step)

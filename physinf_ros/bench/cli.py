@@ -8,7 +8,7 @@ from typing import Dict, List
 from . import protocol, results
 from .benchmark import BenchListener, Benchmark
 from .protocol import Plan
-from ..engine import BACKENDS, EMBEDDED, EngineError
+from ..engine import BACKENDS, EMBEDDED, EngineError, MODEL_SPEC_HELP
 
 MODE_CHOICES = [b for b in BACKENDS if b != 'auto']
 
@@ -57,9 +57,7 @@ def bench_parser() -> argparse.ArgumentParser:
                     'context) fresh sessions of warm-up then measured steps; A/B of each mode '
                     "against the first with a bootstrap 95% CI; R_floor against the target's "
                     'datasheet bandwidth. Writes JSON and a CSV beside it.')
-    parser.add_argument('--model', default=EMBEDDED,
-                        help='embedded, synthetic:ARCH, a .gguf file, a model directory or a '
-                             'hub id ORG/NAME (default: embedded)')
+    parser.add_argument('--model', default=EMBEDDED, help=MODEL_SPEC_HELP)
     parser.add_argument('--backend', choices=MODE_CHOICES,
                         help='measure this one backend (same as --modes NAME)')
     parser.add_argument('--modes', help='comma-separated backends to compare, the first is the '

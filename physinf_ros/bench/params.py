@@ -11,11 +11,11 @@ from typing import Any, Dict, List, Optional
 
 from .protocol import DEFAULT_CONTEXTS, DEFAULT_MODES, parse_list, Plan
 from ..config import check_value, Param, PARAMS_BY_NAME as DECODER
+from ..engine import EMBEDDED, MODEL_SPEC_HELP
 from ..targets import load_targets
 
 BENCH_PARAMS = (
-    Param('model', 'embedded', DECODER['model'].description + ' Also synthetic:ARCH.',
-          read_only=True),
+    Param('model', EMBEDDED, MODEL_SPEC_HELP, read_only=True),
     Param('modes', ','.join(DEFAULT_MODES),
           'Comma-separated backends to measure; the first is the baseline of the A/B '
           '(hf, hf-graphed, eager, graphed).', read_only=True),

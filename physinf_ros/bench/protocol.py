@@ -22,7 +22,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..engine import BACKENDS, Engine, FAMILIES, GRAPHED, load, Sampling
+from ..engine import BACKENDS, backends, Engine, load, Sampling
 from ..stats import bootstrap_ratio_ci, percentile
 
 GREEDY = Sampling()
@@ -76,10 +76,9 @@ class Plan:
 
     def families(self) -> List[Tuple[str, ...]]:
         """Group the modes by the weights they share, in the order they were given."""
-        groups: Dict[int, List[str]] = {}
+        groups: Dict[Tuple[str, ...], List[str]] = {}
         for mode in self.modes:
-            index = next(i for i, family in enumerate(FAMILIES) if mode in family)
-            groups.setdefault(index, []).append(mode)
+            groups.setdefault(backends.family(mode), []).append(mode)
         return [tuple(group) for group in groups.values()]
 
     def session_count(self) -> int:
@@ -141,7 +140,7 @@ class Cell:
 def compare(baseline: Cell, cell: Cell) -> Comparison:
     """Return the A/B of cell against the baseline cell at the same context."""
     speedup, low, high = bootstrap_ratio_ci(baseline.session_medians, cell.session_medians)
-    graph_pair = GRAPHED.get(cell.backend) == baseline.backend
+    graph_pair = backends.graph_of(cell.backend) == baseline.backend
     return Comparison(baseline.mode, speedup, low, high,
                       1.0 - 1.0 / speedup if graph_pair else None)
 
@@ -168,10 +167,8 @@ def prompt_ids(vocab_size: int, ctx: int, seed: int, slot: int) -> List[int]:
 
 
 def vocab_size(engine: Engine) -> int:
-    """Return the vocabulary size of the loaded model (our backends or transformers ones)."""
-    decoder = engine.decoder
-    weights = getattr(decoder, 'weights', None)
-    return weights.config.vocab_size if weights is not None else decoder.model.config.vocab_size
+    """Return the vocabulary size of the loaded model, from its config.json."""
+    return engine.source.hf_config['vocab_size']
 
 
 def run_session(engine: Engine, plan: Plan, mode: str, ctx: int, slot: int,

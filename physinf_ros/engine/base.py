@@ -2,9 +2,12 @@
 
 from dataclasses import dataclass
 import time
-from typing import Callable, NamedTuple, Optional, Protocol, Sequence
+from typing import Callable, NamedTuple, Optional, Protocol, Sequence, TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:   # llama.py imports this module's neighbours; only the type is needed here
+    from .llama import ModelConfig
 
 
 class EngineError(RuntimeError):
@@ -92,11 +95,32 @@ class DeferredStep:
         return StepResult(token, (time.perf_counter() - start) * 1000.0)
 
 
+@dataclass(frozen=True)
+class StepFacts:
+    """
+    What one decode step reads, as its decoder states it: the model's shape and storage widths.
+
+    element_bytes is the width of the 16- or 32-bit tensors; group_size is set when the
+    linears are 4-bit GPTQ codes, with zero_bytes per group and output for their zeros;
+    quant_method names a quantised format whose bytes are not modelled (EXL2's mixed widths).
+    """
+
+    config: 'ModelConfig'
+    element_bytes: float
+    kv_bytes_per_element: float
+    group_size: Optional[int] = None
+    zero_bytes: float = 0.0
+    quant_method: Optional[str] = None
+
+
 class Decoder(Protocol):
     """Batch-1 decoding with a KV cache, one token per step."""
 
     info: DecoderInfo
     device: torch.device
+
+    def step_facts(self) -> StepFacts:
+        """Return the model's shape and how its weights and KV cache are stored."""
 
     @property
     def position(self) -> int:

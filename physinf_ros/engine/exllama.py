@@ -18,16 +18,16 @@ Two behaviours of exllamav2 0.3.2 are handled here:
 
 from contextlib import contextmanager
 from importlib.util import find_spec
-import json
 import os
 from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 
-from .base import ContextFull, DecoderInfo, EngineError
+from .base import ContextFull, DecoderInfo, EngineError, StepFacts
 from .forward import ForwardDecoder
-from .gptq import quant_method
+from .llama import ModelConfig
+from .models import quant_method
 
 VERSION = '0.3.2'
 CACHES = {'exllamav2': 'fp16', 'exllamav2-q4': 'q4', 'exllamav2-q8': 'q8'}
@@ -104,7 +104,8 @@ def causal_attention(config):
 class ExLlamaV2Decoder(ForwardDecoder):
     """The Decoder protocol on an exllamav2 model; backend picks the KV cache kind."""
 
-    def __init__(self, model, info: DecoderInfo, device: torch.device, backend: str):
+    def __init__(self, model, info: DecoderInfo, device: torch.device, backend: str,
+                 hf_config: dict):
         super().__init__(info, device)
         self.ids_device = torch.device('cpu')   # exllamav2 keeps the embedding table on the host
         self.model = model
@@ -113,12 +114,16 @@ class ExLlamaV2Decoder(ForwardDecoder):
         cache_class = {'fp16': exllamav2.ExLlamaV2Cache, 'q4': exllamav2.ExLlamaV2Cache_Q4,
                        'q8': exllamav2.ExLlamaV2Cache_Q8}[self.kv_cache]
         self.cache = cache_class(model, max_seq_len=info.max_context, batch_size=1)
-        # What the roofline needs: the checkpoint's shape, group size and cache width.
-        self.hf_config = json.loads((Path(model.config.model_dir) / 'config.json').read_text())
-        self.group_size = None
-        if quant_method(self.hf_config) == 'gptq':
-            self.group_size = self.hf_config['quantization_config'].get('group_size')
-        self.kv_bytes_per_element = KV_BYTES_PER_ELEMENT[self.kv_cache]
+        self.hf_config = hf_config   # the checkpoint's config.json
+
+    def step_facts(self) -> StepFacts:
+        """fp16 tensors, GPTQ codes with v1 zeros (half a byte) as stored, its cache's width."""
+        method = quant_method(self.hf_config)
+        group_size = None
+        if method == 'gptq':
+            group_size = self.hf_config['quantization_config'].get('group_size')
+        return StepFacts(ModelConfig.from_hf(self.hf_config), 2.0,
+                         KV_BYTES_PER_ELEMENT[self.kv_cache], group_size, 0.5, method)
 
     def _reset_cache(self) -> None:
         self.cache.current_seq_len = 0

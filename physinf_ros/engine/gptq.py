@@ -26,15 +26,14 @@ from typing import Dict, List, Optional, Tuple, TYPE_CHECKING
 
 import torch
 
+from .models import quant_method
+
 if TYPE_CHECKING:   # llama.py imports this module for PackedLinear
     from .llama import ModelConfig
 
 BITS = 4
 CODES_PER_WORD = 32 // BITS
 SYMMETRIC_ZERO = 8
-LINEARS = ('self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj',
-           'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj')
-BIASED = ('self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj')   # qkv_bias models
 GROUP_SIZES = (128, 64, 32)
 ARCHITECTURES = {'llama': 'LlamaForCausalLM', 'mistral': 'MistralForCausalLM',
                  'qwen2': 'Qwen2ForCausalLM'}
@@ -56,9 +55,9 @@ class GptqSpec:
     @classmethod
     def from_hf(cls, hf: dict) -> Optional['GptqSpec']:
         """Read the spec of a GPTQ config.json; None if unquantised, ValueError if unusable."""
-        q = hf.get('quantization_config') or {}
-        if q.get('quant_method') != 'gptq':
+        if quant_method(hf) != 'gptq':
             return None
+        q = hf['quantization_config']
         if q.get('bits', BITS) != BITS:
             raise ValueError(f'GPTQ with {q.get("bits")} bits: only 4-bit is supported')
         if q.get('checkpoint_format', 'gptq') != 'gptq':
@@ -83,11 +82,6 @@ class TensorSpec:
         return count * torch.empty((), dtype=self.dtype).element_size()
 
 
-def quant_method(hf: dict) -> Optional[str]:
-    """'gptq', 'exl2' (or another method) for quantised config.json contents, else None."""
-    return (hf.get('quantization_config') or {}).get('quant_method')
-
-
 def pick_group_size(config: 'ModelConfig') -> int:
     """128 where it divides every quantised input dimension, else 64, else 32."""
     inputs = (config.hidden_size, config.q_size, config.intermediate_size)
@@ -95,14 +89,6 @@ def pick_group_size(config: 'ModelConfig') -> int:
         if all(k % size == 0 for k in inputs):
             return size
     raise ValueError(f'no GPTQ group size in {GROUP_SIZES} divides the input sizes {inputs}')
-
-
-def linear_shapes(config: 'ModelConfig') -> Dict[str, Tuple[int, int]]:
-    """(out N, in K) of each quantised linear of one layer."""
-    h, i, q, kv = config.hidden_size, config.intermediate_size, config.q_size, config.kv_size
-    return {'self_attn.q_proj': (q, h), 'self_attn.k_proj': (kv, h),
-            'self_attn.v_proj': (kv, h), 'self_attn.o_proj': (h, q),
-            'mlp.gate_proj': (i, h), 'mlp.up_proj': (i, h), 'mlp.down_proj': (h, i)}
 
 
 def quantized_specs(prefix: str, out_features: int, in_features: int,
@@ -122,19 +108,13 @@ def quantized_specs(prefix: str, out_features: int, in_features: int,
 
 def checkpoint_plan(config: 'ModelConfig', spec: GptqSpec) -> List[TensorSpec]:
     """Every tensor of a GPTQ checkpoint of this shape, in file order; floats are fp16."""
-    h = config.hidden_size
-    plan = [TensorSpec('model.embed_tokens.weight', torch.float16, (config.vocab_size, h))]
-    for n in range(config.num_layers):
-        p = f'model.layers.{n}.'
-        plan += [TensorSpec(p + 'input_layernorm.weight', torch.float16, (h,)),
-                 TensorSpec(p + 'post_attention_layernorm.weight', torch.float16, (h,))]
-        for name, (out_features, in_features) in linear_shapes(config).items():
-            plan += quantized_specs(p + name, out_features, in_features, spec.group_size)
-            if config.qkv_bias and name in BIASED:
-                plan.append(TensorSpec(p + name + '.bias', torch.float16, (out_features,)))
-    plan.append(TensorSpec('model.norm.weight', torch.float16, (h,)))
-    if not config.tie_word_embeddings:
-        plan.append(TensorSpec('lm_head.weight', torch.float16, (config.vocab_size, h)))
+    from .llama import tensor_inventory   # llama imports this module for PackedLinear
+    plan = []
+    for name, shape in tensor_inventory(config):
+        if len(shape) == 2 and name.startswith('model.layers.'):   # a linear's weight
+            plan += quantized_specs(name[:-len('.weight')], *shape, spec.group_size)
+        else:
+            plan.append(TensorSpec(name, torch.float16, shape))
     return plan
 
 

@@ -21,6 +21,7 @@ import torch
 
 from .gptq import ARCHITECTURES, checkpoint_plan, GptqSpec, pick_group_size, quantize, TensorSpec
 from .llama import ModelConfig
+from .models import read_config
 
 SHARD_BYTES = 2 * 1024 ** 3
 ROWS_PER_CHUNK = 8192
@@ -189,15 +190,17 @@ def quantized_chunks(source: _FloatTensors, plan: Sequence[TensorSpec],
 
 
 def quantize_hf_dir(src: Path, out: Path, spec: Optional[GptqSpec] = None,
-                    shard_bytes: int = SHARD_BYTES) -> GptqSpec:
+                    shard_bytes: int = SHARD_BYTES, hf: Optional[dict] = None) -> GptqSpec:
     """
     Quantise a float Hugging Face directory into a GPTQ one (round-to-nearest, symmetric).
 
-    The tokenizer, chat template and generation config are copied along, so the quantised
-    directory serves text like its source. Returns the spec used.
+    hf is src's parsed config.json (read here when not given). The tokenizer, chat template
+    and generation config are copied along, so the quantised directory serves text like its
+    source. Returns the spec used.
     """
     src = Path(src)
-    hf = json.loads((src / 'config.json').read_text())
+    if hf is None:
+        hf = read_config(src / 'config.json')
     if hf.get('quantization_config'):
         raise ValueError(f'{src} is already quantised '
                          f'({hf["quantization_config"].get("quant_method")})')

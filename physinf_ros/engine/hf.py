@@ -11,7 +11,7 @@ import inspect
 
 import torch
 
-from .base import DecoderInfo
+from .base import DecoderInfo, StepFacts
 from .forward import ForwardDecoder
 from .llama import ModelConfig, synthetic_state_dict
 from .models import ModelSource
@@ -22,7 +22,7 @@ def load_hf_model(source: ModelSource, device: torch.device, dtype: torch.dtype)
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()  # a progress bar per load is noise in a node's log
-    if source.hf_config is None:
+    if not source.synthetic:
         model = AutoModelForCausalLM.from_pretrained(str(source.path), dtype=dtype)
         return model.to(device).eval()
     # Synthetic: the same random weights our own backends build from this spec.
@@ -47,6 +47,11 @@ class HFDecoder(ForwardDecoder):
         # transformers renamed past_key_values to cache (5.2x); use whichever this one takes.
         params = inspect.signature(model.forward).parameters
         self._cache_arg = 'cache' if 'cache' in params else 'past_key_values'
+
+    def step_facts(self) -> StepFacts:
+        """Return the model's shape and dtype; ValueError outside the Llama family."""
+        element = self.model.dtype.itemsize
+        return StepFacts(ModelConfig.from_hf(self.model.config.to_dict()), element, element)
 
     def _reset_cache(self) -> None:
         from transformers import DynamicCache

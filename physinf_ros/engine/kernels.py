@@ -19,9 +19,10 @@ loads carry the evict-first L2 hint: every weight is read once per step. With
 TRITON_INTERPRET=1 the same kernels run on the CPU, which is how CI checks them.
 """
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, fields, replace
 import os
-from typing import Dict, Optional, Tuple
+from types import MappingProxyType
+from typing import Callable, Mapping, Optional, Tuple
 
 import torch
 import triton
@@ -53,52 +54,125 @@ class GemvConfig:
     num_warps: int = 4
 
 
-# Launch shapes per (kernel, N, K), measured by benchmarks/kernel_sweep.py and kept per GPU in
-# config/kernels.yaml; shapes not listed there take the defaults.
-TUNED: Dict[Tuple[str, int, int], GemvConfig] = {}
-# Defaults: the H200 sweep's choices, with 512-column tiles, which divide every hidden and
-# intermediate size of the three paper architectures (3584, 4096, 14336, 18944).
-DEFAULT = {'rms_matvec': GemvConfig(8, 512, 1, 4), 'gate_up': GemvConfig(8, 256, 1, 4),
-           'matvec_add': GemvConfig(16, 512, 1, 8),
-           # 4-bit GEMVs tile [block_k inputs, block_n outputs] of GPTQ's [K / 8, N] codes.
-           'rms_matvec_q4': GemvConfig(32, 256, 1, 4), 'gate_up_q4': GemvConfig(32, 256, 1, 4),
-           'matvec_add_q4': GemvConfig(64, 256, 4, 4)}
-# Attention launch shape: at most SPLITS programs per kv head, each over >= MIN_CHUNK keys.
-ATTENTION = {'splits': 32, 'min_chunk': 128, 'block_t': 64, 'num_warps': 4}
-# Weights are read once per step: loaded as first to leave L2, so that they do not push out
-# what is read again (the residual, inputs, attention partials).
-EVICT_FIRST = True
+@dataclass(frozen=True)
+class AttentionConfig:
+    """Attention launch shape: at most `splits` programs per kv head, each >= min_chunk keys."""
+
+    splits: int = 32
+    min_chunk: int = 128
+    block_t: int = 64
+    num_warps: int = 4
 
 
-def apply_tuning(tuning: dict) -> None:
-    """Use the launch shapes of one GPU's entry in config/kernels.yaml (or a sweep's output)."""
-    ATTENTION.update(tuning.get('attention', {}))
-    for row in tuning.get('gemv', []):
-        row = dict(row)
-        key = (row.pop('kind'), row.pop('n'), row.pop('k'))
-        TUNED[key] = GemvConfig(**row)
+# Launch shapes per kind for GEMV shapes a GPU's tuning does not list: the H200 sweep's choices,
+# with 512-column tiles, which divide every hidden and intermediate size of the three paper
+# architectures (3584, 4096, 14336, 18944).
+DEFAULT_GEMV = MappingProxyType({
+    'rms_matvec': GemvConfig(8, 512, 1, 4), 'gate_up': GemvConfig(8, 256, 1, 4),
+    'matvec_add': GemvConfig(16, 512, 1, 8),
+    # 4-bit GEMVs tile [block_k inputs, block_n outputs] of GPTQ's [K / 8, N] codes.
+    'rms_matvec_q4': GemvConfig(32, 256, 1, 4), 'gate_up_q4': GemvConfig(32, 256, 1, 4),
+    'matvec_add_q4': GemvConfig(64, 256, 4, 4)})
 
 
-def load_tuning(device: torch.device) -> bool:
-    """Apply config/kernels.yaml's entry for this GPU, if it has one."""
-    import yaml
-    from ..resources import config_path
-    name = torch.cuda.get_device_name(device)
-    tuning = yaml.safe_load(config_path('kernels.yaml').read_text()) or {}
-    if name not in tuning:
-        return False
-    apply_tuning(tuning[name])
-    return True
+@dataclass(frozen=True)
+class KernelConfig:
+    """
+    How the decode kernels run: launch shapes and switches, fixed for a decoder's life.
+
+    tuned holds launch shapes per (kind, N, K), measured by benchmarks/kernel_sweep.py and kept
+    per GPU in config/kernels.yaml; other shapes take defaults[kind]. A decoder owns one (see
+    for_device); an A/B builds one per arm (with_tuning, with_flag).
+    """
+
+    tuned: Mapping[Tuple[str, int, int], GemvConfig] = field(default_factory=dict)
+    defaults: Mapping[str, GemvConfig] = field(default_factory=lambda: DEFAULT_GEMV)
+    attention: AttentionConfig = AttentionConfig()
+    # Weights are read once per step: loaded as first to leave L2, so that they do not push
+    # out what is read again (the residual, inputs, attention partials).
+    evict_first: bool = True
+    # 4-bit GEMVs of 16-bit models in packed fp16 arithmetic (_HALF2_DOT), else float32
+    # (exact products, one code per instruction).
+    half2: bool = True
+
+    def __post_init__(self):
+        object.__setattr__(self, 'tuned', MappingProxyType(dict(self.tuned)))
+        object.__setattr__(self, 'defaults', MappingProxyType(dict(self.defaults)))
+
+    @classmethod
+    def for_device(cls, device: torch.device,
+                   log: Callable[[str], None] = lambda _: None) -> 'KernelConfig':
+        """Return the defaults with config/kernels.yaml's entry for this GPU, if it has one."""
+        import yaml
+        from ..resources import config_path
+        name = torch.cuda.get_device_name(device)
+        tuning = yaml.safe_load(config_path('kernels.yaml').read_text()) or {}
+        if name not in tuning:
+            return cls()
+        log(f'kernel launch shapes for this GPU ({name}) from config/kernels.yaml')
+        return cls().with_tuning(tuning[name])
+
+    def with_tuning(self, tuning: dict) -> 'KernelConfig':
+        """Return this configuration with the launch shapes of a kernels.yaml entry or sweep."""
+        tuned = dict(self.tuned)
+        for row in tuning.get('gemv', []):
+            row = dict(row)
+            key = (row.pop('kind'), row.pop('n'), row.pop('k'))
+            tuned[key] = GemvConfig(**row)
+        attention = replace(self.attention, **tuning.get('attention', {}))
+        return replace(self, tuned=tuned, attention=attention)
+
+    def with_gemv(self, kind: str, n: int, k: int, shape: GemvConfig) -> 'KernelConfig':
+        """Return this configuration with one GEMV shape's launch shape set."""
+        return replace(self, tuned={**self.tuned, (kind, n, k): shape})
+
+    def with_flag(self, name: str, value: str) -> 'KernelConfig':
+        """
+        Return this configuration with one switch or number set from text, for an A/B.
+
+        name is a switch (evict_first, half2: value 0 or 1) or attention.FIELD (a number);
+        case does not matter (EVICT_FIRST=0 as on the command line).
+        """
+        owner, _, field_name = name.lower().rpartition('.')
+        target = self.attention if owner == 'attention' else self
+        current = getattr(target, field_name, None) if owner in ('', 'attention') else None
+        if isinstance(current, bool):
+            changed = replace(target, **{field_name: value == '1'})
+        elif isinstance(current, int):
+            changed = replace(target, **{field_name: int(value)})
+        else:
+            raise ValueError(f'{name} is not a kernel switch or number: choose evict_first, '
+                             'half2 or attention.'
+                             + '|'.join(f.name for f in fields(AttentionConfig)))
+        return replace(self, attention=changed) if owner else changed
+
+    def gemv(self, kind: str, n: int, k: int) -> GemvConfig:
+        """Return the launch shape of a kind's GEMV of N outputs and K inputs."""
+        config = self.tuned.get((kind, n, k), self.defaults[kind])
+        if INTERPRET or k < config.block_k:
+            # Tiny shapes (tests, the interpreter): small tiles keep masks exercised and runs
+            # quick; residual GEMVs split K in two so the split path is exercised too.
+            return GemvConfig(min(config.block_n, 16), min(config.block_k, 64),
+                              2 if kind.startswith('matvec_add') else 1, config.num_warps)
+        return config
+
+    def stream(self) -> str:
+        """Return the L2 eviction hint of loads of data read once per step."""
+        return 'evict_first' if self.evict_first and not INTERPRET else ''
+
+    def half2_path(self, dtype: torch.dtype, device: torch.device) -> bool:
+        """Packed fp16 arithmetic for 16-bit models on a GPU; float32 models keep float32 sums."""
+        return self.half2 and not INTERPRET and device.type == 'cuda' and dtype != torch.float32
+
+    def facts(self) -> dict:
+        """Plain dict for results files."""
+        return {'tuned': [{'kind': kind, 'n': n, 'k': k, **asdict(shape)}
+                          for (kind, n, k), shape in self.tuned.items()],
+                'attention': asdict(self.attention), 'evict_first': self.evict_first,
+                'half2': self.half2}
 
 
-def _config(kind: str, n: int, k: int) -> GemvConfig:
-    config = TUNED.get((kind, n, k), DEFAULT[kind])
-    if INTERPRET or k < config.block_k:
-        # Tiny shapes (tests, the interpreter): small tiles keep masks exercised and runs
-        # quick; residual GEMVs split K in two so the split path is exercised too.
-        return GemvConfig(min(config.block_n, 16), min(config.block_k, 64),
-                          2 if kind.startswith('matvec_add') else 1, config.num_warps)
-    return config
+DEFAULT_CONFIG = KernelConfig()
 
 
 def _even(n: int, k: int, cfg: GemvConfig) -> bool:
@@ -515,38 +589,32 @@ def _greedy_finish_kernel(PACKED, TOKEN, POS, PDL: tl.constexpr):
     tl.store(POS, tl.load(POS) + 1)
 
 
-def _stream() -> str:
-    """Return the L2 eviction hint of loads of data read once per step."""
-    return 'evict_first' if EVICT_FIRST and not INTERPRET else ''
-
-
-def _matvec(w, x, y, norm_w, bias, eps, kind, accumulate=False, argmax=None):
+def _matvec(w, x, y, norm_w, bias, eps, kind, config: KernelConfig, accumulate=False,
+            argmax=None):
     if isinstance(w, PackedLinear):
-        _q4_gemv(w, x, y, norm_w, bias, eps, kind, accumulate)
+        _q4_gemv(w, x, y, norm_w, bias, eps, kind, config, accumulate)
         return
     n, k = w.shape
-    cfg = _config(kind, n, k)
+    cfg = config.gemv(kind, n, k)
     split_k = cfg.split_k if accumulate else 1
     _matvec_kernel[(triton.cdiv(n, cfg.block_n), split_k)](
         w, x, y, norm_w if norm_w is not None else x, bias if bias is not None else y,
         argmax if argmax is not None else y, n, k, eps, HAS_NORM=norm_w is not None,
         HAS_BIAS=bias is not None, ACCUMULATE=accumulate, HAS_ARGMAX=argmax is not None,
         BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=split_k, EVEN=_even(n, k, cfg),
-        STREAM=_stream(), num_warps=cfg.num_warps, **_pdl(x.device))
+        STREAM=config.stream(), num_warps=cfg.num_warps, **_pdl(x.device))
 
 
-# 4-bit GEMVs of 16-bit models in packed fp16 arithmetic (_HALF2_DOT), else float32 (exact
-# products, one code per instruction).
-HALF2 = True
 _TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
 
 
-def _q4_gemv(w: PackedLinear, x, y, norm_w, bias, eps, kind, accumulate=False):
+def _q4_gemv(w: PackedLinear, x, y, norm_w, bias, eps, kind, config: KernelConfig,
+             accumulate=False):
     n, k = w.shape
     gate_up = kind == 'gate_up'
     if gate_up:
         n //= 2
-    cfg = _config(kind + '_q4', n, k)
+    cfg = config.gemv(kind + '_q4', n, k)
     split_k = cfg.split_k if accumulate else 1
     block_r = cfg.block_k // 8    # word rows per tile
     even = n % cfg.block_n == 0 and (k // 8) % (block_r * split_k) == 0
@@ -557,55 +625,54 @@ def _q4_gemv(w: PackedLinear, x, y, norm_w, bias, eps, kind, accumulate=False):
         HAS_BIAS=bias is not None, ACCUMULATE=accumulate, GATE_UP=gate_up,
         HAS_ZEROS=w.zeros is not None, GROUP=w.group_size, BLOCK_N=cfg.block_n,
         BLOCK_R=block_r, SPLIT_K=split_k, EVEN=even, WDTYPE=_TL_DTYPES[w.dtype],
-        HALF2=_half2_path(w.dtype, x.device), STREAM=_stream(), num_warps=cfg.num_warps,
-        **_pdl(x.device))
-
-
-def _half2_path(dtype: torch.dtype, device: torch.device) -> bool:
-    """Packed fp16 arithmetic for 16-bit models on a GPU; float32 models keep float32 sums."""
-    return HALF2 and not INTERPRET and device.type == 'cuda' and dtype != torch.float32
+        HALF2=config.half2_path(w.dtype, x.device), STREAM=config.stream(),
+        num_warps=cfg.num_warps, **_pdl(x.device))
 
 
 def rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w, bias: Optional[torch.Tensor],
-               eps: float, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+               eps: float, out: Optional[torch.Tensor] = None,
+               config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
     """Return w @ rms_norm(x) (+ bias) as float32 [N], into out when given."""
     y = torch.empty(w.shape[0], device=x.device, dtype=torch.float32) if out is None else out
-    _matvec(w, x, y, norm_w, bias, eps, 'rms_matvec')
+    _matvec(w, x, y, norm_w, bias, eps, 'rms_matvec', config)
     return y
 
 
 def greedy_head(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, eps: float,
-                logits: torch.Tensor, token: torch.Tensor, pos: torch.Tensor) -> None:
+                logits: torch.Tensor, token: torch.Tensor, pos: torch.Tensor,
+                config: KernelConfig = DEFAULT_CONFIG) -> None:
     """Write the logits, their argmax into token, and advance pos: the greedy step's end."""
     packed = torch.full((1,), -2 ** 63, device=x.device, dtype=torch.int64)
-    _matvec(w, x, logits, norm_w, None, eps, 'rms_matvec', argmax=packed)
+    _matvec(w, x, logits, norm_w, None, eps, 'rms_matvec', config, argmax=packed)
     _greedy_finish_kernel[(1,)](packed, token, pos, num_warps=1, **_pdl(x.device))
 
 
-def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up,
-                     eps: float) -> torch.Tensor:
+def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up, eps: float,
+                     config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
     """Return silu(gate) * up for [gate; up] = w_gate_up @ rms_norm(x), float32 [I]."""
     n2, k = w_gate_up.shape
     n = n2 // 2
     y = torch.empty(n, device=x.device, dtype=torch.float32)
     if isinstance(w_gate_up, PackedLinear):
-        _q4_gemv(w_gate_up, x, y, norm_w, None, eps, 'gate_up')
+        _q4_gemv(w_gate_up, x, y, norm_w, None, eps, 'gate_up', config)
         return y
-    cfg = _config('gate_up', n, k)
+    cfg = config.gemv('gate_up', n, k)
     _gate_up_kernel[(triton.cdiv(n, cfg.block_n),)](
         w_gate_up, x, y, norm_w, n, k, eps, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        EVEN=_even(n, k, cfg), STREAM=_stream(), num_warps=cfg.num_warps, **_pdl(x.device))
+        EVEN=_even(n, k, cfg), STREAM=config.stream(), num_warps=cfg.num_warps,
+        **_pdl(x.device))
     return y
 
 
-def matvec_add(x: torch.Tensor, a: torch.Tensor, w) -> None:
+def matvec_add(x: torch.Tensor, a: torch.Tensor, w,
+               config: KernelConfig = DEFAULT_CONFIG) -> None:
     """Add w @ a into x in place (the residual connection)."""
-    _matvec(w, a, x, None, None, 0.0, 'matvec_add', accumulate=True)
+    _matvec(w, a, x, None, None, 0.0, 'matvec_add', config, accumulate=True)
 
 
 def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                   k_cache: torch.Tensor, v_cache: torch.Tensor,
-                   num_heads: int) -> torch.Tensor:
+                   k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int,
+                   config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
     """
     Rotate q and k for position pos, store k and v at pos, attend over 0..pos with GQA.
 
@@ -614,8 +681,8 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
     kv_heads, max_context, dim = k_cache.shape
     group = num_heads // kv_heads
     group_p = max(16, triton.next_power_of_2(group))   # tl.dot needs 16 rows
-    splits, min_chunk = ATTENTION['splits'], ATTENTION['min_chunk']
-    block_t = ATTENTION['block_t']
+    shape = config.attention
+    splits, min_chunk, block_t = shape.splits, shape.min_chunk, shape.block_t
     if INTERPRET:
         splits, min_chunk, block_t = 4, 16, 16
     device = qkv.device
@@ -629,10 +696,31 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
     _attn_split_kernel[(kv_heads, splits)](
         qkv, k_cache, v_cache, pos, maxs, sums, accs, cos, sin, max_context, dim ** -0.5, group,
         num_heads, kv_heads, D=dim, GROUP_P=group_p, BLOCK_T=block_t, SPLITS=splits,
-        MIN_CHUNK=min_chunk, DOT=dot, PRECISION=precision, num_warps=ATTENTION['num_warps'],
-        **pdl)
+        MIN_CHUNK=min_chunk, DOT=dot, PRECISION=precision, num_warps=shape.num_warps, **pdl)
     out = torch.empty(num_heads, dim, device=device, dtype=torch.float32)
     _attn_reduce_kernel[(num_heads,)](
         pos, maxs, sums, accs, out, group, D=dim, GROUP_P=group_p, BLOCK_T=block_t,
         SPLITS=splits, MIN_CHUNK=min_chunk, num_warps=4, **pdl)
     return out.view(-1)
+
+
+class KernelOps:
+    """The decode step's ops (the interface of ops_torch) on the kernels, bound to one config."""
+
+    def __init__(self, config: KernelConfig):
+        self.config = config
+
+    def rms_matvec(self, x, norm_w, w, bias, eps, out=None):
+        return rms_matvec(x, norm_w, w, bias, eps, out, self.config)
+
+    def greedy_head(self, x, norm_w, w, eps, logits, token, pos):
+        greedy_head(x, norm_w, w, eps, logits, token, pos, self.config)
+
+    def rms_gate_up_silu(self, x, norm_w, w_gate_up, eps):
+        return rms_gate_up_silu(x, norm_w, w_gate_up, eps, self.config)
+
+    def matvec_add(self, x, a, w):
+        matvec_add(x, a, w, self.config)
+
+    def rope_attention(self, qkv, pos, cos, sin, k_cache, v_cache, num_heads):
+        return rope_attention(qkv, pos, cos, sin, k_cache, v_cache, num_heads, self.config)

@@ -9,16 +9,17 @@ whole in a CUDA graph. The residual stream is kept in float32 whatever the weigh
 """
 
 from dataclasses import dataclass
-import json
 import math
 from pathlib import Path
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 
 from . import gptq
+from .base import StepFacts
 from .gptq import dense, PackedLinear
+from .models import quant_method, read_config
 
 ARCHS = ('llama', 'mistral', 'qwen2')
 Linear = Union[torch.Tensor, PackedLinear]   # a float weight [N, K] or its 4-bit form
@@ -106,11 +107,15 @@ class Weights:
     def dtype(self) -> torch.dtype:
         return self.embed.dtype
 
-    @property
-    def group_size(self) -> Optional[int]:
-        """Return the 4-bit group size when the linears are packed (GPTQ), else None."""
-        wqkv = self.layers[0].wqkv
-        return wqkv.group_size if isinstance(wqkv, PackedLinear) else None
+    def step_facts(self) -> StepFacts:
+        """Return what a step reads: 16/32-bit tensors, and the 4-bit linears' groups if packed."""
+        element = self.embed.element_size()   # the KV cache is held in the same dtype
+        packed = self.layers[0].wqkv
+        if not isinstance(packed, PackedLinear):
+            return StepFacts(self.config, element, element)
+        # Our kernels read uint8 zeros, or none when the checkpoint is symmetric.
+        return StepFacts(self.config, element, element, packed.group_size,
+                         0.0 if packed.zeros is None else 1.0)
 
 
 def from_state_dict(config: ModelConfig, state: Dict[str, torch.Tensor],
@@ -167,16 +172,17 @@ def read_state(path: Path) -> Dict[str, torch.Tensor]:
 
 
 def load_hf_dir(path: Path, device: torch.device, dtype: torch.dtype,
-                packed: bool = True) -> Weights:
+                packed: bool = True, hf: Optional[dict] = None) -> Weights:
     """
-    Weights from a Hugging Face directory of safetensors files.
+    Weights from a Hugging Face directory of safetensors files (hf: its parsed config.json).
 
     A GPTQ checkpoint keeps its 4-bit linears (packed=True: the kernels read the codes), or is
     dequantised to dtype once here (packed=False: the ordinary float forward on the same
     values, which is the fast path on a CPU, where nothing streams 4-bit weights).
     """
-    hf = json.loads((Path(path) / 'config.json').read_text())
-    method = gptq.quant_method(hf)
+    if hf is None:
+        hf = read_config(Path(path) / 'config.json')
+    method = quant_method(hf)
     if method is not None and gptq.GptqSpec.from_hf(hf) is None:
         raise ValueError(f'{method} checkpoints run only on backend exllamav2 (CUDA)')
     config = ModelConfig.from_hf(hf)
@@ -186,6 +192,38 @@ def load_hf_dir(path: Path, device: torch.device, dtype: torch.dtype,
     if config.tie_word_embeddings:
         state.pop('lm_head.weight', None)
     return from_state_dict(config, state, device, dtype)
+
+
+def tensor_inventory(config: ModelConfig) -> List[Tuple[str, Tuple[int, ...]]]:
+    """
+    Every weight tensor of a float checkpoint of this shape: (Hugging Face name, shape).
+
+    In file order: the embedding table, per layer its two norms then each linear [out, in]
+    (with its bias on qkv_bias models), the final norm, and the lm_head unless it is tied.
+    """
+    h, i, q, kv = config.hidden_size, config.intermediate_size, config.q_size, config.kv_size
+    linears = (('self_attn.q_proj', (q, h)), ('self_attn.k_proj', (kv, h)),
+               ('self_attn.v_proj', (kv, h)), ('self_attn.o_proj', (h, q)),
+               ('mlp.gate_proj', (i, h)), ('mlp.up_proj', (i, h)), ('mlp.down_proj', (h, i)))
+    biased = ('self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj')
+    tensors = [('model.embed_tokens.weight', (config.vocab_size, h))]
+    for n in range(config.num_layers):
+        p = f'model.layers.{n}.'
+        tensors += [(p + 'input_layernorm.weight', (h,)),
+                    (p + 'post_attention_layernorm.weight', (h,))]
+        for name, shape in linears:
+            tensors.append((p + name + '.weight', shape))
+            if config.qkv_bias and name in biased:
+                tensors.append((p + name + '.bias', shape[:1]))
+    tensors.append(('model.norm.weight', (h,)))
+    if not config.tie_word_embeddings:
+        tensors.append(('lm_head.weight', (config.vocab_size, h)))
+    return tensors
+
+
+def is_norm(name: str) -> bool:
+    """Say whether a tensor of tensor_inventory is a norm's weight (a vector of ones at init)."""
+    return name.endswith('norm.weight')
 
 
 def synthetic_state_dict(config: ModelConfig, device: torch.device, dtype: torch.dtype,
@@ -198,29 +236,13 @@ def synthetic_state_dict(config: ModelConfig, device: torch.device, dtype: torch
     """
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
-
-    def rand(*shape):
-        out = torch.empty(*shape, device=device, dtype=dtype)
-        return out.normal_(0.0, 0.02, generator=gen)
-
-    h, i, q, kv = config.hidden_size, config.intermediate_size, config.q_size, config.kv_size
-    state = {'model.embed_tokens.weight': rand(config.vocab_size, h),
-             'model.norm.weight': torch.ones(h, device=device, dtype=dtype)}
-    if not config.tie_word_embeddings:
-        state['lm_head.weight'] = rand(config.vocab_size, h)
-    for n in range(config.num_layers):
-        p = f'model.layers.{n}.'
-        state.update({
-            p + 'input_layernorm.weight': torch.ones(h, device=device, dtype=dtype),
-            p + 'post_attention_layernorm.weight': torch.ones(h, device=device, dtype=dtype),
-            p + 'self_attn.q_proj.weight': rand(q, h), p + 'self_attn.k_proj.weight': rand(kv, h),
-            p + 'self_attn.v_proj.weight': rand(kv, h), p + 'self_attn.o_proj.weight': rand(h, q),
-            p + 'mlp.gate_proj.weight': rand(i, h), p + 'mlp.up_proj.weight': rand(i, h),
-            p + 'mlp.down_proj.weight': rand(h, i)})
-        if config.qkv_bias:
-            state.update({p + 'self_attn.q_proj.bias': rand(q),
-                          p + 'self_attn.k_proj.bias': rand(kv),
-                          p + 'self_attn.v_proj.bias': rand(kv)})
+    state = {}
+    for name, shape in tensor_inventory(config):
+        state[name] = torch.empty(shape, device=device, dtype=dtype)
+        if is_norm(name):
+            state[name].fill_(1.0)
+        else:
+            state[name].normal_(0.0, 0.02, generator=gen)
     return state
 
 

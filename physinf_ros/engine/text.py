@@ -25,7 +25,7 @@ _ENCODE_LOCK = threading.Lock()
 
 def load_tokenizer(source, log: Callable[[str], None] = lambda _: None):
     """Load the model's tokenizer; None for weights that come without one (benchmarks)."""
-    if source.path is None or not any((source.path / f).is_file() for f in TOKENIZER_FILES):
+    if source.synthetic or not any((source.path / f).is_file() for f in TOKENIZER_FILES):
         log(f'{source.name} has no tokenizer: it serves token ids only')
         return None
     from transformers import AutoTokenizer
