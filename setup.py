@@ -23,12 +23,12 @@ setup(
     extras_require={'test': ['pytest']},
     entry_points={
         'console_scripts': [
-            'decoder_node = physinf_ros.nodes.decoder_node:main',
+            'decoder_node = physinf_ros.nodes.entry:decoder_node',
             'prompt_client = physinf_ros.nodes.prompt_client:main',
             'physinf-generate = physinf_ros.cli:generate_main',
             'physinf-bench = physinf_ros.bench.cli:bench_main',
             'physinf-report = physinf_ros.bench.report:main',
-            'benchmark_node = physinf_ros.nodes.benchmark_node:main',
+            'benchmark_node = physinf_ros.nodes.entry:benchmark_node',
         ],
     },
 )

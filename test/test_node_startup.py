@@ -1,6 +1,7 @@
-"""decoder_node started on a broken model or broken parameters exits non-zero, naming the cause."""
+"""Nodes started on broken models or parameters exit non-zero naming the cause; Ctrl-C at start."""
 
 import os
+import signal
 import subprocess
 import time
 
@@ -73,3 +74,36 @@ def test_broken_start_exits_non_zero_and_names_the_cause(tmp_path, case, figures
     for word in words:
         assert word in output, output
     assert 'FATAL' in output and 'Traceback' not in output, output
+
+
+@pytest.mark.parametrize('script', ['decoder_node', 'benchmark_node'])
+def test_ctrl_c_while_starting_exits_quietly(script):
+    # 0.3 s in, the node is still importing torch (seconds on a small CPU).
+    command = installed_command(script, f'physinf_ros.nodes.{script}')
+    proc = subprocess.Popen(command + ['--ros-args', '-r', f'__ns:={NAMESPACE}'],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, output
+    assert 'Traceback' not in output and 'stopped' in output, output
+
+
+def test_benchmark_node_says_stopped_while_ros_still_runs(tmp_path):
+    command = installed_command('benchmark_node', 'physinf_ros.nodes.benchmark_node')
+    # Short cells, many of them: the run is still going when the interrupt comes.
+    proc = subprocess.Popen(command + ['--ros-args', '-r', f'__ns:={NAMESPACE}', '-p',
+                                       'device:=cpu', '-p', 'contexts:=64', '-p',
+                                       'sessions:=1000', '-p', f'out_dir:={tmp_path}'],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if 'loaded' in line or time.monotonic() > deadline:
+            break
+    proc.send_signal(signal.SIGINT)
+    output = ''.join(lines) + proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0, output
+    # Its last words go out while its context is valid (rclpy's own handler shut it first).
+    assert ': stopped' in output and 'context is invalid' not in output, output

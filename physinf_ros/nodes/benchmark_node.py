@@ -23,7 +23,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Float64, String
 
 from .common import (close, descriptor, diagnostic_value, DIAGNOSTICS_QOS, LATENCY_QOS,
-                     publish_guarded)
+                     publish_guarded, start_ros)
 from ..bench import params, results
 from ..bench.benchmark import BenchListener, Benchmark
 from ..engine import EngineError
@@ -186,7 +186,8 @@ class BenchmarkNode(Node):
 
 
 def main(args=None) -> int:
-    rclpy.init(args=args)
+    if not start_ros(args, 'benchmark'):
+        return 1
     node = None
     code = 0
     try:

@@ -1,10 +1,14 @@
-"""Small pieces the nodes share: QoS, parameter descriptors, guarded publishing, diagnostics."""
+"""Small pieces the nodes share: start and stop, QoS, descriptors, publishing, diagnostics."""
 
 import threading
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 import rclpy
+from rclpy._rclpy_pybind11 import RCLError
 from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.signals import SignalHandlerOptions
+
+from .entry import take_signals
 
 # One latency sample per step; a subscriber that falls far behind only loses old samples.
 LATENCY_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
@@ -44,6 +48,25 @@ def publish_guarded(node, publisher, msg, stopping: threading.Event) -> None:
     except Exception as exc:  # noqa: B902 - the context may be shutting down under us
         if not stopping.is_set():
             node.get_logger().error(f'publish failed: {exc}')
+
+
+def start_ros(args, logger_name: str) -> bool:
+    """
+    rclpy.init with the node's own Ctrl-C and SIGTERM handling; False (logged) if rcl refuses.
+
+    rclpy's handlers would shut ROS down at once; instead both signals raise KeyboardInterrupt
+    in the main thread, so the node ends its work and says so while its publishers still work
+    (close() below), then shuts ROS down.
+    """
+    try:
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    except RCLError as exc:
+        # rcl parses --ros-args (a broken --params-file included) before any node exists.
+        rclpy.logging.get_logger(logger_name).fatal(
+            f'ROS 2 could not start with these arguments: {exc}')
+        return False
+    take_signals()
+    return True
 
 
 def close(node) -> None:
