@@ -1,4 +1,4 @@
-"""Start benchmark_node with config/bench.yaml, then the model/modes/contexts overrides."""
+"""Start benchmark_node with config/bench.yaml, then the overrides given on the launch line."""
 
 import os
 
@@ -7,19 +7,17 @@ from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
-from launch_ros.parameter_descriptions import ParameterValue
+from physinf_ros.bench.params import PARAMS_BY_NAME
+from physinf_ros.launch_args import declare, overrides
+
+# The parameters a launch line may set; the rest come from params_file.
+ARGUMENTS = tuple(PARAMS_BY_NAME[name] for name in (
+    'model', 'modes', 'contexts', 'sessions', 'steps', 'warmup', 'exit_when_done'))
 
 
 def generate_launch_description():
     defaults = os.path.join(get_package_share_directory('physinf_ros'), 'config', 'bench.yaml')
-    return LaunchDescription([
-        DeclareLaunchArgument('model', default_value='embedded',
-                              description='embedded, synthetic:ARCH, a .gguf file, a model '
-                                          'directory or ORG/NAME'),
-        DeclareLaunchArgument('modes', default_value='eager,graphed',
-                              description='comma-separated backends; the first is the baseline'),
-        DeclareLaunchArgument('contexts', default_value='2048,4096,8192,16384',
-                              description='comma-separated context lengths'),
+    return LaunchDescription(declare(ARGUMENTS) + [
         DeclareLaunchArgument('namespace', default_value='',
                               description='namespace for the benchmark node and its topics'),
         DeclareLaunchArgument('params_file', default_value=defaults,
@@ -31,11 +29,6 @@ def generate_launch_description():
             namespace=LaunchConfiguration('namespace'),
             output='screen',
             emulate_tty=True,
-            # Typed as strings: a lone context such as 2048 must not arrive as an integer.
-            parameters=[LaunchConfiguration('params_file'), {
-                'model': ParameterValue(LaunchConfiguration('model'), value_type=str),
-                'modes': ParameterValue(LaunchConfiguration('modes'), value_type=str),
-                'contexts': ParameterValue(LaunchConfiguration('contexts'), value_type=str),
-            }],
+            parameters=[LaunchConfiguration('params_file'), overrides(ARGUMENTS)],
         ),
     ])

@@ -7,19 +7,16 @@ from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
-from launch_ros.parameter_descriptions import ParameterValue
+from physinf_ros.config import AUTOSTART, PARAMS_BY_NAME
+from physinf_ros.launch_args import declare, overrides
+
+# The parameters a launch line may set; the rest come from params_file.
+ARGUMENTS = (PARAMS_BY_NAME['model'], PARAMS_BY_NAME['backend'], AUTOSTART)
 
 
 def generate_launch_description():
     defaults = os.path.join(get_package_share_directory('physinf_ros'), 'config', 'decoder.yaml')
-    return LaunchDescription([
-        DeclareLaunchArgument('model', default_value='embedded',
-                              description='embedded, a .gguf file, a model directory or ORG/NAME'),
-        DeclareLaunchArgument('backend', default_value='auto',
-                              description='decoding backend (auto picks the fastest here)'),
-        DeclareLaunchArgument('autostart', default_value='true',
-                              description='configure and activate the lifecycle node at start; '
-                                          'false leaves it unconfigured for a lifecycle manager'),
+    return LaunchDescription(declare(ARGUMENTS) + [
         DeclareLaunchArgument('namespace', default_value='',
                               description='namespace for the decoder node and its topics'),
         DeclareLaunchArgument('params_file', default_value=defaults,
@@ -31,10 +28,6 @@ def generate_launch_description():
             namespace=LaunchConfiguration('namespace'),
             output='screen',
             emulate_tty=True,
-            parameters=[LaunchConfiguration('params_file'), {
-                'model': LaunchConfiguration('model'),
-                'backend': LaunchConfiguration('backend'),
-                'autostart': ParameterValue(LaunchConfiguration('autostart'), value_type=bool),
-            }],
+            parameters=[LaunchConfiguration('params_file'), overrides(ARGUMENTS)],
         ),
     ])

@@ -1,30 +1,28 @@
 """Static checks of bench.launch.py and config/bench.yaml, where `launch` cannot run."""
 
-import ast
 from pathlib import Path
 
+from launch_stub import describe, parts
 from physinf_ros.bench.params import BENCH_PARAMS, check, PARAMS_BY_NAME, plan, problems
-from test_launch_static import _calls, _console_scripts, _kwarg
+from test_launch_static import _console_scripts
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH = ROOT / 'launch' / 'bench.launch.py'
 
 
-def test_bench_launch_starts_benchmark_node_with_known_parameters():
-    tree = ast.parse(LAUNCH.read_text())
-    node, = _calls(tree, 'Node')
-    assert ast.literal_eval(_kwarg(node, 'executable')) == 'benchmark_node'
+def test_bench_launch_starts_benchmark_node_with_typed_overrides():
+    arguments, node = parts(describe('bench.launch.py'))
+    assert node.kwargs['executable'] == 'benchmark_node' and node.kwargs['name'] == 'benchmark'
     assert {'benchmark_node', 'physinf-bench', 'physinf-report'} <= _console_scripts()
-    assert ast.literal_eval(_kwarg(node, 'name')) == 'benchmark'
-    override, = [item for item in _kwarg(node, 'parameters').elts if isinstance(item, ast.Dict)]
-    keys = {ast.literal_eval(key) for key in override.keys}
-    assert keys == {'model', 'modes', 'contexts'} and keys <= set(PARAMS_BY_NAME)
-    declared = {ast.literal_eval(call.args[0]): _kwarg(call, 'description')
-                for call in _calls(tree, 'DeclareLaunchArgument')}
-    assert all(desc is not None and ast.literal_eval(desc) for desc in declared.values())
-    used = {ast.literal_eval(call.args[0]) for call in _calls(tree, 'LaunchConfiguration')}
-    assert used <= set(declared)
+    params_file, overrides = node.kwargs['parameters']
+    assert set(overrides) == {'model', 'modes', 'contexts', 'sessions', 'steps', 'warmup',
+                              'exit_when_done'}
+    for name, value in overrides.items():
+        # A lone context such as 2048 stays a string; sessions an integer.
+        assert value.kwargs['value_type'] is type(PARAMS_BY_NAME[name].default)
+    assert set(arguments) == set(overrides) | {'namespace', 'params_file'}
+    assert all(argument.kwargs['description'] for argument in arguments.values())
     assert "'config', 'bench.yaml'" in LAUNCH.read_text()
 
 

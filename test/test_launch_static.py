@@ -1,14 +1,17 @@
 """
-Static checks of the launch file and the default config, where `launch` cannot run.
+Checks of decode.launch.py and the default config, where `launch` cannot run.
 
 launch and launch_ros are not on PyPI; test_decode_launch.py runs the real launch test wherever
-they are installed. These checks run everywhere.
+they are installed. These checks run everywhere: the launch file builds its description with
+recorders in place of launch's classes (launch_stub.py).
 """
 
 import ast
 from pathlib import Path
 
+from launch_stub import describe, parts
 from physinf_ros.config import AUTOSTART, check, DECODER_PARAMS, PARAMS_BY_NAME
+from physinf_ros.engine import BACKENDS
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,30 +35,30 @@ def _console_scripts():
     return {entry.split('=')[0].strip() for entry in entries}
 
 
-def test_launch_file_parses_and_names_existing_executables_and_parameters():
-    tree = ast.parse(LAUNCH.read_text())
-    assert any(isinstance(n, ast.FunctionDef) and n.name == 'generate_launch_description'
-               for n in tree.body)
-    nodes = _calls(tree, 'Node')
-    assert nodes, 'the launch file starts no Node'
-    for node in nodes:
-        assert ast.literal_eval(_kwarg(node, 'package')) == 'physinf_ros'
-        assert ast.literal_eval(_kwarg(node, 'executable')) in _console_scripts()
-        overrides = [item for item in _kwarg(node, 'parameters').elts
-                     if isinstance(item, ast.Dict)]
-        for override in overrides:
-            for key in override.keys:
-                assert ast.literal_eval(key) in set(PARAMS_BY_NAME) | {AUTOSTART.name}
+def test_launch_file_starts_the_decoder_with_typed_overrides():
+    arguments, node = parts(describe('decode.launch.py'))
+    assert node.kwargs['package'] == 'physinf_ros' and node.kwargs['name'] == 'decoder'
+    assert node.kwargs['executable'] in _console_scripts()
+    params_file, overrides = node.kwargs['parameters']
+    assert params_file.args == ('params_file',)
+    assert set(overrides) == {'model', 'backend', 'autostart'}
+    for name, value in overrides.items():
+        param = AUTOSTART if name == AUTOSTART.name else PARAMS_BY_NAME[name]
+        # Typed as the parameter: model:=123 or model:=off stays a string.
+        assert value.kwargs['value_type'] is type(param.default)
+        assert value.args[0].args == (name,)
+        text = str(param.default)
+        assert arguments[name].kwargs['default_value'] == (
+            text.lower() if isinstance(param.default, bool) else text)
 
 
 def test_launch_arguments_have_descriptions():
-    tree = ast.parse(LAUNCH.read_text())
-    declared = {ast.literal_eval(call.args[0]): _kwarg(call, 'description')
-                for call in _calls(tree, 'DeclareLaunchArgument')}
-    assert {'model', 'backend', 'autostart', 'namespace'} <= set(declared)
-    assert all(desc is not None and ast.literal_eval(desc) for desc in declared.values())
-    used = {ast.literal_eval(call.args[0]) for call in _calls(tree, 'LaunchConfiguration')}
-    assert used <= set(declared), f'undeclared launch arguments: {used - set(declared)}'
+    arguments, node = parts(describe('decode.launch.py'))
+    assert {'model', 'backend', 'autostart', 'namespace', 'params_file'} == set(arguments)
+    assert all(argument.kwargs['description'] for argument in arguments.values())
+    # The backend's description names every backend, from the one table.
+    assert all(name in arguments['backend'].kwargs['description'] for name in BACKENDS)
+    assert arguments['model'].kwargs['description'] == PARAMS_BY_NAME['model'].description
 
 
 def test_launch_file_loads_the_installed_config():
