@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Dict, List, Optional
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rcl_interfaces.msg import SetParametersResult
 import rclpy
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
@@ -23,7 +23,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Float64, String
 
 from .common import (close, descriptor, diagnostic_value, DIAGNOSTICS_QOS, LATENCY_QOS,
-                     publish_guarded, start_ros)
+                     publish_guarded, start_ros, status, Updater)
 from ..bench import params, results
 from ..bench.benchmark import BenchListener, Benchmark
 from ..engine import EngineError
@@ -89,7 +89,10 @@ class BenchmarkNode(Node):
         self.finished = threading.Event()
         self.stopping = threading.Event()
         self.benchmark: Optional[Benchmark] = None
-        self.create_timer(1.0, self.publish_diagnostics)
+        self.diagnostics = Updater(self, lambda array: self.publish(self.diag_pub, array))
+        self.diagnostics.add(self._run_status)
+        self.diagnostics.add(self._cell_statuses)
+        self.create_timer(1.0, self.diagnostics.update)
         self.worker = threading.Thread(target=self._run, name='benchmark', daemon=True)
         self.worker.start()
 
@@ -109,7 +112,7 @@ class BenchmarkNode(Node):
             self._fail(f'benchmark failed: {exc}')
         finally:
             if not self.stopping.is_set():
-                self.publish_diagnostics()
+                self.diagnostics.update()
             self.finished.set()
 
     def _measure(self) -> None:
@@ -155,8 +158,7 @@ class BenchmarkNode(Node):
     def publish(self, publisher, msg) -> None:
         publish_guarded(self, publisher, msg, self.stopping)
 
-    def publish_diagnostics(self) -> None:
-        name = self.get_fully_qualified_name()
+    def _run_status(self) -> List[DiagnosticStatus]:
         overall = {'state': self.state, 'sessions_done': self.sessions_done,
                    'sessions_total': self.sessions_total, 'cells_done': len(self.records),
                    'files': ' '.join(self.files)}
@@ -165,19 +167,14 @@ class BenchmarkNode(Node):
             overall.update(target=target.key, B_peak_gbs=target.bandwidth_gbs,
                            bandwidth_measured=target.measured)
         level = DiagnosticStatus.ERROR if self.state == 'error' else DiagnosticStatus.OK
-        statuses = [DiagnosticStatus(
-            level=level, name=f'{name}: benchmark', message=self.detail or self.state,
-            values=[KeyValue(key=k, value=diagnostic_value(v)) for k, v in overall.items()])]
-        for record in list(self.records):
-            statuses.append(DiagnosticStatus(
-                level=DiagnosticStatus.OK, name=f'{name}: {record["mode"]} ctx {record["ctx"]}',
-                message=f'{diagnostic_value(record["step_ms_p50"])} ms/step, R_floor '
-                        f'{diagnostic_value(record["R_floor"])}',
-                hardware_id=str(record['device']),
-                values=[KeyValue(key=k, value=diagnostic_value(record[k])) for k in CELL_KEYS]))
-        array = DiagnosticArray(status=statuses)
-        array.header.stamp = self.get_clock().now().to_msg()
-        self.publish(self.diag_pub, array)
+        return [status('benchmark', level, self.detail or self.state, overall)]
+
+    def _cell_statuses(self) -> List[DiagnosticStatus]:
+        return [status(f'{record["mode"]} ctx {record["ctx"]}', DiagnosticStatus.OK,
+                       f'{diagnostic_value(record["step_ms_p50"])} ms/step, R_floor '
+                       f'{diagnostic_value(record["R_floor"])}',
+                       {k: record[k] for k in CELL_KEYS}, str(record['device']))
+                for record in list(self.records)]
 
     def shutdown(self) -> None:
         """Stop the run within about one decode step; what was measured is written."""

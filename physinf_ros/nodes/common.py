@@ -1,7 +1,9 @@
 """Small pieces the nodes share: start and stop, QoS, descriptors, publishing, diagnostics."""
 
 import threading
+from typing import Any, Callable, Dict, Iterable, List
 
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 import rclpy
 from rclpy._rclpy_pybind11 import RCLError
@@ -83,3 +85,37 @@ def diagnostic_value(value) -> str:
     if value is None:
         return 'n/a'
     return f'{value:.4f}' if isinstance(value, float) else str(value)
+
+
+def status(name: str, level: int, message: str, values: Dict[str, Any],
+           hardware_id: str = '') -> DiagnosticStatus:
+    """One status of a diagnostics task: its name below the node's, level, message, values."""
+    return DiagnosticStatus(level=level, name=name, message=message, hardware_id=hardware_id,
+                            values=[KeyValue(key=k, value=diagnostic_value(v))
+                                    for k, v in values.items()])
+
+
+class Updater:
+    """
+    diagnostic_updater's Updater, small: task functions make statuses; update() publishes them.
+
+    Every status is named "<node's full name>: <its name>" and all go out in one stamped
+    DiagnosticArray, as diagnostic_updater does.
+    """
+
+    def __init__(self, node, publish: Callable[[DiagnosticArray], None]):
+        self._node = node
+        self._publish = publish
+        self._tasks: List[Callable[[], Iterable[DiagnosticStatus]]] = []
+
+    def add(self, task: Callable[[], Iterable[DiagnosticStatus]]) -> None:
+        self._tasks.append(task)
+
+    def update(self) -> None:
+        prefix = self._node.get_fully_qualified_name()
+        statuses = [s for task in self._tasks for s in task()]
+        for item in statuses:
+            item.name = f'{prefix}: {item.name}'
+        array = DiagnosticArray(status=statuses)
+        array.header.stamp = self._node.get_clock().now().to_msg()
+        self._publish(array)

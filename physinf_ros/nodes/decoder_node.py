@@ -22,7 +22,7 @@ import traceback
 from typing import Any, Dict, List, Optional
 import uuid
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rcl_interfaces.msg import SetParametersResult
 import rclpy
 from rclpy._rclpy_pybind11 import RCLError
@@ -38,8 +38,8 @@ from rclpy.task import Future
 from std_msgs.msg import Float64, String
 from std_srvs.srv import Trigger
 
-from .common import (close, descriptor, diagnostic_value, DIAGNOSTICS_QOS, LATENCY_QOS,
-                     publish_guarded)
+from .common import (close, descriptor, DIAGNOSTICS_QOS, LATENCY_QOS, publish_guarded,
+                     status, Updater)
 from ..config import AUTOSTART, check, check_value, DECODER_PARAMS, PARAMS_BY_NAME
 from ..engine import EngineError, load, Sampling
 from ..prompts import admit, too_long, truncation_limit
@@ -172,7 +172,9 @@ class DecoderNode(LifecycleNodeMixin, Node):
                                  callback_group=MutuallyExclusiveCallbackGroup())
         self.create_service(Trigger, '~/cancel', self._on_cancel)
         self.create_service(Trigger, '~/cancel_all', self._on_cancel_all)
-        self.create_timer(1.0, self._publish_diagnostics)
+        self.diagnostics = Updater(self, lambda array: self._publish(self._diag_pub, array))
+        self.diagnostics.add(self._decoder_status)
+        self.create_timer(1.0, self.diagnostics.update)
         self._goals: Dict[str, Request] = {}   # by goal id, from acceptance to their end
         if Generate is None:
             self.get_logger().warning(
@@ -542,7 +544,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
         publish_guarded(self, publisher, msg, self._stopping)
 
     # -- diagnostics --------------------------------------------------------------------------
-    def _publish_diagnostics(self) -> None:
+    def _decoder_status(self) -> List[DiagnosticStatus]:
         engine, queue, floor = self.engine, self._queue, self._floor
         s = self._settings
         steps = self._latency.summary()
@@ -573,16 +575,10 @@ class DecoderNode(LifecycleNodeMixin, Node):
             })
         values.update({f'requests_{k}': v for k, v in self._ledger.snapshot().items()})
         failed = engine is None and bool(self.configure_error)
-        status = DiagnosticStatus(
-            level=DiagnosticStatus.ERROR if failed else DiagnosticStatus.OK,
-            name=f'{self.get_fully_qualified_name()}: decoder',
-            message=(f'{state}, {values["backend"]} on {values["device"]}'
-                     + (f': configure failed: {self.configure_error}' if failed else '')),
-            hardware_id=str(values['device']),
-            values=[KeyValue(key=k, value=diagnostic_value(v)) for k, v in values.items()])
-        array = DiagnosticArray(status=[status])
-        array.header.stamp = self.get_clock().now().to_msg()
-        self._publish(self._diag_pub, array)
+        return [status('decoder', DiagnosticStatus.ERROR if failed else DiagnosticStatus.OK,
+                       f'{state}, {values["backend"]} on {values["device"]}'
+                       + (f': configure failed: {self.configure_error}' if failed else ''),
+                       values, str(values['device']))]
 
     def shutdown(self) -> None:
         """On SIGINT/SIGTERM: end every request as cancelled within about a step, then stop."""
