@@ -316,6 +316,17 @@ def test_system_prompt_meets_the_prompts_admission(harness, figures):
     figures('system_prompt admission', megabyte=refused.reason, too_long=rejected['reason'])
 
 
+def test_a_reply_cut_inside_a_character_drops_it_and_says_so(harness):
+    probe = harness.probe
+    mark = probe.mark()
+    # The reply starts with a Cyrillic letter whose two bytes come in two tokens.
+    with settings(harness, max_new_tokens=1):
+        finished = serve(harness, 'Say hello in Russian.')
+    response = harness.wait_for(lambda: probe.since(mark, 'response'), 10, 'a response')[0]
+    assert '\ufffd' not in response and '\ufffd' not in ''.join(probe.since(mark, 'tokens'))
+    assert 'incomplete UTF-8 character was dropped' in finished['detail']
+
+
 def test_template_markers_in_a_prompt_stay_text_and_invisible_prompts_are_empty(harness):
     from physinf_ros.engine.models import resolve
     from physinf_ros.engine.text import encode_prompt, load_tokenizer
