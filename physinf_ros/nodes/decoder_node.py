@@ -35,8 +35,10 @@ from rclpy.signals import SignalHandlerOptions
 from std_msgs.msg import Float64, String
 from std_srvs.srv import Trigger
 
-from .common import (close, descriptor, diagnostic_value, DIAGNOSTICS_QOS, LATENCY_QOS,
-                     publish_guarded)
+from .common import (close, create_lifecycle_services, descriptor, diagnostic_value,
+                     DIAGNOSTICS_QOS, has_lifecycle_handlers, LATENCY_QOS, publish_guarded,
+                     SERVICES_QOS)
+from .instance_claim import claim_name, NameTaken, NameWatch
 from ..config import AUTOSTART, check, check_value, DECODER_PARAMS, PARAMS_BY_NAME
 from ..engine import EngineError, load, Sampling
 from ..prompts import admit, too_long, truncation_limit
@@ -66,7 +68,16 @@ class DecoderNode(LifecycleNodeMixin, Node):
         # What rclpy's LifecycleNode does, but with a callback group of the transitions' own:
         # loading a model in configure must not hold up ~/cancel, parameters or diagnostics.
         Node.__init__(self, 'decoder')
-        LifecycleNodeMixin.__init__(self, callback_group=MutuallyExclusiveCallbackGroup())
+        transitions = MutuallyExclusiveCallbackGroup()
+        deep_lifecycle_services = has_lifecycle_handlers()
+        LifecycleNodeMixin.__init__(
+            self, enable_communication_interface=not deep_lifecycle_services,
+            callback_group=transitions)
+        if deep_lifecycle_services:
+            create_lifecycle_services(self, transitions)
+        else:
+            self.get_logger().warning('this rclpy has no LifecycleNodeMixin handlers to bind: '
+                                      'the lifecycle services keep its default QoS (depth 10)')
         for param in DECODER_PARAMS:
             self.declare_parameter(param.name, param.default, descriptor(param, managed=True))
         self.declare_parameter(AUTOSTART.name, AUTOSTART.default, descriptor(AUTOSTART))
@@ -107,8 +118,12 @@ class DecoderNode(LifecycleNodeMixin, Node):
         # delays ~/cancel or the diagnostics timer.
         self.create_subscription(String, '~/prompt', self._on_prompt, PROMPT_QOS,
                                  callback_group=MutuallyExclusiveCallbackGroup())
-        self.create_service(Trigger, '~/cancel', self._on_cancel)
-        self.create_service(Trigger, '~/cancel_all', self._on_cancel_all)
+        # Cancels get a group of their own: a burst of parameter calls never delays them.
+        cancels = MutuallyExclusiveCallbackGroup()
+        self.create_service(Trigger, '~/cancel', self._on_cancel, qos_profile=SERVICES_QOS,
+                            callback_group=cancels)
+        self.create_service(Trigger, '~/cancel_all', self._on_cancel_all,
+                            qos_profile=SERVICES_QOS, callback_group=cancels)
         self.create_timer(1.0, self._publish_diagnostics)
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -388,7 +403,9 @@ class DecoderNode(LifecycleNodeMixin, Node):
         if state == 'active':
             state = 'decoding' if self._current else 'idle'
         values = {'lifecycle_state': self.state, 'state': state}
-        if engine is None:
+        # configure sets the engine, the floor (measured: it takes a moment) and the queue one
+        # after the other: until the last of them, report the settings.
+        if engine is None or floor is None or queue is None:
             values.update({k: s[k] for k in ('model', 'backend', 'device', 'dtype')})
             if self.configure_error:
                 values['configure_error'] = self.configure_error
@@ -457,7 +474,15 @@ def main(args=None) -> int:
     node = None
     code = 0
     try:
+        # Before any model loads: give way to a decoder that runs under this name already.
+        own, seen, note = claim_name('decoder')
         node = DecoderNode()
+        watch = NameWatch(node, own, seen)
+        node.get_logger().info(f'instance check: {note}')
+        # A thread for each callback group: prompts, transitions, cancels, and the default one
+        # (parameter services, the diagnostics timer; the instance records).
+        executor = MultiThreadedExecutor(num_threads=4)
+        executor.add_node(node)
         if node.autostart:
             # As an unmanaged node would: a model that cannot load stops the process (exit 1).
             if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
@@ -466,9 +491,8 @@ def main(args=None) -> int:
         else:
             node.get_logger().info('unconfigured (autostart is false): configure and activate '
                                    'through ~/change_state')
-        # Prompts, transitions, services and the timer each get a thread.
-        executor = MultiThreadedExecutor(num_threads=4)
-        executor.add_node(node)
+        # Spins as serving does: a prompt that comes meanwhile is served, not refused.
+        watch.settle(executor)
         finalized_at = None
         while rclpy.ok() and (finalized_at is None or time.monotonic() - finalized_at < 0.5):
             # Short waits: Python handles a signal between two of them, within 0.1 s.
@@ -478,6 +502,9 @@ def main(args=None) -> int:
                 finalized_at = time.monotonic()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except NameTaken as exc:
+        logger.fatal(str(exc))
+        code = 1
     except (EngineError, ParameterException) as exc:
         files = _params_files(args)
         logger.fatal(str(exc) + (f' (parameters files: {", ".join(files)})' if files else ''))
