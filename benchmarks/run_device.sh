@@ -22,8 +22,9 @@
 #              vs exllamav2, contexts 2048-16384, R_floor for each
 #   rosvenv    a venv with rclpy from the carried ROS wheels (.gpu-ros-wheels, made here by
 #              ../shared/gpu-ros/fetch-wheels.sh) that sees the image's torch: $ROSVENV
-#   nodetests  the node integration tests (decoder, lifecycle, benchmark node, reliability) with
-#              real rclpy on CUDA (auto: graphed) on the embedded model, in the ROS venv
+#   nodetests  the node integration tests (decoder, lifecycle, benchmark node, reliability, service
+#              bursts, one decoder per name; the Generate action's skip where its interface package
+#              is not built) with real rclpy on CUDA (auto: graphed), the embedded model, the ROS venv
 #   nodebench  benchmarks/node_overhead.py: decoder_node's token interval as a subscriber in
 #              another process sees it, against physinf-generate's step, 8B and 135M shapes
 # Logs and results go to $OUT/work and come back as $OUT/results.tgz (the device tool returns
@@ -150,7 +151,8 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
       PHYSINF_TEST_DEVICE=cuda TAIL=40 run node_tests "${TESTS_LIMIT:-500}" \
         $ROSVENV/bin/python -m pytest -q -p no:cacheprovider -rs ${PYTEST_K:+-k "$PYTEST_K"} \
         test/test_decoder_node.py test/test_lifecycle.py test/test_benchmark_node.py \
-        test/test_node_reliability.py;;
+        test/test_node_reliability.py test/test_service_bursts.py \
+        test/test_one_decoder_per_name.py test/test_generate_action.py;;
     nodebench)
       TAIL=8 run node_overhead "${BENCH_LIMIT:-560}" $ROSVENV/bin/python benchmarks/node_overhead.py \
         --out "$WORK/node_overhead.json" --work "$STASH/node_overhead";;

@@ -4,9 +4,11 @@ import threading
 from typing import Any, Callable, Dict, Iterable, List
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from lifecycle_msgs.srv import ChangeState, GetAvailableStates, GetAvailableTransitions, GetState
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 import rclpy
 from rclpy._rclpy_pybind11 import RCLError
+from rclpy.lifecycle import LifecycleNodeMixin
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
 
@@ -16,6 +18,43 @@ from .entry import take_signals
 LATENCY_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
 # Diagnostics are a state snapshot: only the newest one matters.
 DIAGNOSTICS_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
+# Services: the default services QoS keeps the last 10 requests, so the DDS reader drops the
+# rest of a burst that arrives before the executor takes them, and their callers wait for ever
+# (200 concurrent ~/cancel calls: 11-14 answered). 1000 is rclpy's depth for the parameter
+# services (qos_profile_parameters); the same depth keeps the answers on the way back.
+# Keep last, not keep all: a client that stops reading can never block the node's writer.
+SERVICES_QOS = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+
+# The lifecycle services rclpy's LifecycleNodeMixin creates, with the handler of each.
+# rcl_lifecycle creates them with the default services QoS (keep last 10) and takes no QoS;
+# with enable_communication_interface=False it creates none (the transition_event publisher
+# stays) and the node creates them with SERVICES_QOS, bound to the mixin's own handlers.
+LIFECYCLE_SERVICES = (
+    (ChangeState, 'change_state', 'on_change_state'),
+    (GetState, 'get_state', 'on_get_state'),
+    (GetAvailableStates, 'get_available_states', 'on_get_available_states'),
+    (GetAvailableTransitions, 'get_available_transitions', 'on_get_available_transitions'),
+    (GetAvailableTransitions, 'get_transition_graph', 'on_get_transition_graph'),
+)
+
+
+def _mixin_handler(handler: str) -> str:
+    # The mixin's handlers are private (name-mangled) methods; rclpy is pinned (requirements.txt)
+    # and has_lifecycle_handlers() checks they are there before the node relies on them.
+    return f'_{LifecycleNodeMixin.__name__}__{handler}'
+
+
+def has_lifecycle_handlers() -> bool:
+    """Whether this rclpy's LifecycleNodeMixin has the handlers create_lifecycle_services binds."""
+    return all(hasattr(LifecycleNodeMixin, _mixin_handler(handler))
+               for _, _, handler in LIFECYCLE_SERVICES)
+
+
+def create_lifecycle_services(node, callback_group) -> None:
+    """Create a lifecycle node's services with SERVICES_QOS (the mixin made without them)."""
+    for srv_type, name, handler in LIFECYCLE_SERVICES:
+        node.create_service(srv_type, f'~/{name}', getattr(node, _mixin_handler(handler)),
+                            qos_profile=SERVICES_QOS, callback_group=callback_group)
 
 
 def descriptor(param, managed: bool = False) -> ParameterDescriptor:
@@ -113,7 +152,14 @@ class Updater:
 
     def update(self) -> None:
         prefix = self._node.get_fully_qualified_name()
-        statuses = [s for task in self._tasks for s in task()]
+        statuses = []
+        for task in self._tasks:
+            try:
+                statuses += task()
+            except Exception as exc:  # noqa: B902 - a diagnostics bug must not stop the node
+                self._node.get_logger().error(f'diagnostics task {task.__name__} failed: {exc}')
+                statuses.append(status(task.__name__.strip('_'), DiagnosticStatus.ERROR,
+                                       f'task failed: {exc}', {}))
         for item in statuses:
             item.name = f'{prefix}: {item.name}'
         array = DiagnosticArray(status=statuses)

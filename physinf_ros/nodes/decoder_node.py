@@ -14,7 +14,6 @@ With `autostart` (the default) the node configures and activates itself at start
 
 import gc
 import json
-import signal
 import sys
 import threading
 import time
@@ -25,7 +24,6 @@ import uuid
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rcl_interfaces.msg import SetParametersResult
 import rclpy
-from rclpy._rclpy_pybind11 import RCLError
 from rclpy.action import ActionServer, CancelResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.exceptions import ParameterException
@@ -33,13 +31,14 @@ from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNodeMixin, LifecycleState, TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
-from rclpy.signals import SignalHandlerOptions
 from rclpy.task import Future
 from std_msgs.msg import Float64, String
 from std_srvs.srv import Trigger
 
-from .common import (close, descriptor, DIAGNOSTICS_QOS, LATENCY_QOS, publish_guarded,
-                     status, Updater)
+from .common import (close, create_lifecycle_services, descriptor, DIAGNOSTICS_QOS,
+                     has_lifecycle_handlers, LATENCY_QOS, publish_guarded, SERVICES_QOS,
+                     start_ros, status, Updater)
+from .instance_claim import claim_name, NameTaken, NameWatch
 from ..config import AUTOSTART, check, check_value, DECODER_PARAMS, PARAMS_BY_NAME
 from ..engine import EngineError, load, Sampling
 from ..prompts import admit, too_long, truncation_limit
@@ -129,7 +128,16 @@ class DecoderNode(LifecycleNodeMixin, Node):
         # What rclpy's LifecycleNode does, but with a callback group of the transitions' own:
         # loading a model in configure must not hold up ~/cancel, parameters or diagnostics.
         Node.__init__(self, 'decoder')
-        LifecycleNodeMixin.__init__(self, callback_group=MutuallyExclusiveCallbackGroup())
+        transitions = MutuallyExclusiveCallbackGroup()
+        deep_lifecycle_services = has_lifecycle_handlers()
+        LifecycleNodeMixin.__init__(
+            self, enable_communication_interface=not deep_lifecycle_services,
+            callback_group=transitions)
+        if deep_lifecycle_services:
+            create_lifecycle_services(self, transitions)
+        else:
+            self.get_logger().warning('this rclpy has no LifecycleNodeMixin handlers to bind: '
+                                      'the lifecycle services keep its default QoS (depth 10)')
         for param in DECODER_PARAMS:
             self.declare_parameter(param.name, param.default, descriptor(param, managed=True))
         self.declare_parameter(AUTOSTART.name, AUTOSTART.default, descriptor(AUTOSTART))
@@ -170,8 +178,12 @@ class DecoderNode(LifecycleNodeMixin, Node):
         # delays ~/cancel or the diagnostics timer.
         self.create_subscription(String, '~/prompt', self._on_prompt, PROMPT_QOS,
                                  callback_group=MutuallyExclusiveCallbackGroup())
-        self.create_service(Trigger, '~/cancel', self._on_cancel)
-        self.create_service(Trigger, '~/cancel_all', self._on_cancel_all)
+        # Cancels get a group of their own: a burst of parameter calls never delays them.
+        cancels = MutuallyExclusiveCallbackGroup()
+        self.create_service(Trigger, '~/cancel', self._on_cancel, qos_profile=SERVICES_QOS,
+                            callback_group=cancels)
+        self.create_service(Trigger, '~/cancel_all', self._on_cancel_all,
+                            qos_profile=SERVICES_QOS, callback_group=cancels)
         self.diagnostics = Updater(self, lambda array: self._publish(self._diag_pub, array))
         self.diagnostics.add(self._decoder_status)
         self.create_timer(1.0, self.diagnostics.update)
@@ -211,9 +223,10 @@ class DecoderNode(LifecycleNodeMixin, Node):
             f'model ready in {engine.load_s:.1f} s: {info.model} on {info.device}, backend '
             f'{info.backend}, {info.dtype}' + (f' ({info.note})' if info.note else '')
             + self._memory_note(engine))
-        self.engine = engine
+        # The engine last: the diagnostics and the prompts read it as "configured".
         self._floor = LiveFloor(engine.decoder, log=self.get_logger().info)
         self._queue = RequestQueue(s['queue_size'])
+        self.engine = engine
         self._worker_stop.clear()
         self._worker = threading.Thread(target=self._serve, args=(self._queue,), name='decode',
                                         daemon=True)
@@ -553,7 +566,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
         if state == 'active':
             state = 'decoding' if self._current else 'idle'
         values = {'lifecycle_state': self.state, 'state': state}
-        if engine is None:
+        if engine is None:   # configure sets it after the floor and the queue
             values.update({k: s[k] for k in ('model', 'backend', 'device', 'dtype')})
             if self.configure_error:
                 values['configure_error'] = self.configure_error
@@ -595,28 +608,24 @@ def _params_files(args: Optional[List[str]]) -> List[str]:
     return [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == '--params-file']
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 def main(args=None) -> int:
-    logger = rclpy.logging.get_logger('decoder')
-    try:
-        # Ctrl-C and SIGTERM are handled here, not by rclpy, whose handlers shut ROS down at
-        # once: the node first ends its requests, and their events still go out.
-        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    except RCLError as exc:
-        # rcl parses --ros-args (a broken --params-file included) before any node exists.
-        logger.fatal(f'ROS 2 could not start with these arguments: {exc}')
+    # Ctrl-C and SIGTERM are the node's own: it first ends its requests, and their events
+    # still go out (nodes/common.py).
+    if not start_ros(args, 'decoder'):
         return 1
-    signal.signal(signal.SIGTERM, _interrupt)
-    # Python leaves SIGINT ignored when the parent ignored it (a background job, nohup):
-    # Ctrl-C and launch's SIGINT must stop the node all the same.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    logger = rclpy.logging.get_logger('decoder')
     node = None
     code = 0
     try:
+        # Before any model loads: give way to a decoder that runs under this name already.
+        own, seen, note = claim_name('decoder')
         node = DecoderNode()
+        watch = NameWatch(node, own, seen)
+        node.get_logger().info(f'instance check: {note}')
+        # A thread for each callback group: prompts, transitions, cancels, and the default one
+        # (parameter services, the diagnostics timer; the instance records).
+        executor = MultiThreadedExecutor(num_threads=4)
+        executor.add_node(node)
         if node.autostart:
             # As an unmanaged node would: a model that cannot load stops the process (exit 1).
             if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
@@ -625,9 +634,8 @@ def main(args=None) -> int:
         else:
             node.get_logger().info('unconfigured (autostart is false): configure and activate '
                                    'through ~/change_state')
-        # Prompts, transitions, services and the timer each get a thread.
-        executor = MultiThreadedExecutor(num_threads=4)
-        executor.add_node(node)
+        # Spins as serving does: a prompt that comes meanwhile is served, not refused.
+        watch.settle(executor)
         finalized_at = None
         while rclpy.ok() and (finalized_at is None or time.monotonic() - finalized_at < 0.5):
             # Short waits: Python handles a signal between two of them, within 0.1 s.
@@ -637,6 +645,9 @@ def main(args=None) -> int:
                 finalized_at = time.monotonic()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except NameTaken as exc:
+        logger.fatal(str(exc))
+        code = 1
     except (EngineError, ParameterException) as exc:
         files = _params_files(args)
         logger.fatal(str(exc) + (f' (parameters files: {", ".join(files)})' if files else ''))
