@@ -129,14 +129,16 @@ def test_burst_while_decoding_is_all_answered(harness, service, figures):
         mark = probe.mark()
         request_id = harness.send(LONG_STORY)
         harness.wait_for(lambda: len(probe.since(mark, 'step_latency')) >= 2, 120, 'two steps')
+        # The burst begins while the request decodes (on a GPU the 400 tokens may all be out
+        # before the burst's last call: 0.2 s for the embedded model on the H200).
+        assert probe.events_for(request_id, mark)[-1]['event'] != 'finished'
         answers = check(harness, service, 'decoding', figures, clients)
         if service in ('cancel', 'cancel_all'):
             assert any(a.success and f'request {request_id}' in a.message for a in answers)
             assert harness.wait_end(request_id, timeout=30)['reason'] == 'cancelled'
         else:
-            # The request decoded through the burst; stop it now.
-            assert not probe.events_for(request_id, mark)[-1]['event'] == 'finished'
-            assert harness.call(probe.cancel_all_client, Trigger.Request()).success
-            assert harness.wait_end(request_id, timeout=30)['reason'] == 'cancelled'
+            # Stop the request if it still decodes.
+            harness.call(probe.cancel_all_client, Trigger.Request())
+            assert harness.wait_end(request_id, timeout=30)['reason'] in ('cancelled', 'length')
     finally:
         assert harness.set_parameter('max_new_tokens', 8).successful
