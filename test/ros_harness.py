@@ -168,12 +168,23 @@ class Harness:
             time.sleep(0.02)
         raise AssertionError(f'timed out after {timeout:.0f} s waiting for {what}')
 
-    def wait_connected(self, timeout=120.0):
+    def wait_connected(self, timeout=300.0, serving=True):
+        """
+        Wait until the decoder's endpoints are matched and, with serving, it serves.
+
+        Its topics and services exist from its first moment, before configure has loaded the
+        model (on a fresh GPU machine that includes compiling the kernels: over 30 s), so a
+        node that serves is one whose diagnostics say it is active.
+        """
         probe = self.probe
         self.wait_for(lambda: probe.prompt_pub.get_subscription_count() > 0
                       and probe.count_publishers(f'{probe.base}/events') > 0
                       and probe.count_publishers(f'{probe.base}/tokens') > 0
                       and probe.cancel_client.service_is_ready(), timeout, 'the decoder node')
+        if serving:
+            self.wait_for(lambda: any(d.get('lifecycle_state') == 'active'
+                                      for d in probe.since(0, 'diagnostics')),
+                          timeout, 'the decoder to serve (diagnostics: active)')
 
     def send(self, text):
         """Publish a prompt; return the id the decoder gave it (from its first event)."""

@@ -33,7 +33,7 @@ def managed(tmp_path_factory):
     harness = Harness(NAMESPACE, LifecycleProbe)
     harness.node = node
     try:
-        harness.wait_connected()
+        harness.wait_connected(serving=False)
         harness.wait_for(harness.probe.change_state_client.service_is_ready, 30,
                          'the lifecycle services')
         # This node comes up in a moment (no model yet): give discovery time to match the
