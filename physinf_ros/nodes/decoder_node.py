@@ -197,7 +197,10 @@ class DecoderNode(LifecycleNodeMixin, Node):
             # Reentrant: every goal's execute waits (without a thread) for its request's end.
             ActionServer(self, Generate, '~/generate', execute_callback=self._execute_goal,
                          cancel_callback=self._cancel_goal,
-                         callback_group=ReentrantCallbackGroup())
+                         callback_group=ReentrantCallbackGroup(),
+                         goal_service_qos_profile=SERVICES_QOS,
+                         result_service_qos_profile=SERVICES_QOS,
+                         cancel_service_qos_profile=SERVICES_QOS)
             self.create_timer(0.2, self._watch_goal_clients)
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -622,9 +625,9 @@ def main(args=None) -> int:
         node = DecoderNode()
         watch = NameWatch(node, own, seen)
         node.get_logger().info(f'instance check: {note}')
-        # A thread for each callback group: prompts, transitions, cancels, and the default one
-        # (parameter services, the diagnostics timer; the instance records).
-        executor = MultiThreadedExecutor(num_threads=4)
+        # A thread for each callback group: prompts, transitions, cancels, the Generate action,
+        # and the default one (parameter services, the timers; the instance records).
+        executor = MultiThreadedExecutor(num_threads=5)
         executor.add_node(node)
         if node.autostart:
             # As an unmanaged node would: a model that cannot load stops the process (exit 1).
