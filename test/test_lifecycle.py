@@ -127,6 +127,9 @@ def test_cleanup_releases_the_model_and_it_configures_again(managed):
     assert transition(managed, Transition.TRANSITION_CLEANUP)
     assert state(managed) == 'unconfigured'
     assert 'model released' in managed.node.log()
+    # The configure that failed earlier is history once one succeeded.
+    status = diagnostics(managed)
+    assert status['lifecycle_state'] == 'unconfigured' and 'configure_error' not in status
     assert managed.set_parameter('max_new_tokens', 8).successful
     assert transition(managed, Transition.TRANSITION_CONFIGURE)
     assert transition(managed, Transition.TRANSITION_ACTIVATE)

@@ -221,6 +221,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
             self._event('error', None, f'configure failed: {detail}; fix the parameters '
                         '(they can be changed while unconfigured) and configure again')
             return TransitionCallbackReturn.FAILURE
+        self.configure_error = ''
         info = engine.info
         self.get_logger().info(
             f'model ready in {engine.load_s:.1f} s: {info.model} on {info.device}, backend '
