@@ -134,3 +134,13 @@ def test_reliability_stored_run_sentence_is_its_file():
     assert_rounds_to(second, figures['one decoder per name: a second one starts']
                      ['seconds_to_exit'], 'second decoder')
     assert_rounds_to(ctrl_c, figures['ctrl-c mid-generation']['seconds'], 'Ctrl-C')
+
+
+def test_readme_cpu_figures_are_cpu_embedded_json():
+    cells = {c['mode']: c for c in load(ROOT / 'benchmarks' / 'results' / 'dev'
+                                        / 'cpu_embedded.json')['cells']}
+    text = ' '.join((ROOT / 'README.md').read_text().split())
+    published = re.search(r'took ([\d.]+) ms per step on `hf` and ([\d.]+) ms on `eager`', text)
+    assert published, 'the CPU sentence of README.md'
+    assert_rounds_to(published.group(1), cells['hf']['step_ms_p50'], 'hf on the CPU')
+    assert_rounds_to(published.group(2), cells['eager']['step_ms_p50'], 'eager on the CPU')
