@@ -376,10 +376,11 @@ class DecoderNode(LifecycleNodeMixin, Node):
                     s['use_chat_template'], s['system_prompt'])
                 notes.append(f'truncated from {full} to {len(prompt_ids)} tokens '
                              f'(the first {dropped} tokens of the text dropped)')
-            system_tokens = engine.system_tokens(s['system_prompt'])
+            room = max_context - len(prompt_ids)
+            # Only a refusal says how much of the prompt the system prompt took.
+            system_tokens = engine.system_tokens(s['system_prompt']) if room < 1 else 0
         except Exception as exc:  # noqa: B902 - a tokenizer failure must not kill the node
             return self._reject(request_id, f'prompt could not be tokenised: {exc}', goal_id)
-        room = max_context - len(prompt_ids)
         if room < 1:
             return self._reject(request_id, too_long(len(prompt_ids), max_context, system_tokens),
                                 goal_id, prompt_tokens=len(prompt_ids), max_context=max_context)
