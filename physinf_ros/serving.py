@@ -104,6 +104,13 @@ class RequestQueue:
         with self._ready:
             return self.current, list(self._waiting)
 
+    def cancel_all(self, detail: str = '') -> Tuple[Optional[Request], List[Request]]:
+        """Cancel the current request and every waiting one (why: detail); return them."""
+        current, waiting = self.snapshot()
+        for request in ([current] if current else []) + waiting:
+            request.cancel(detail)
+        return current, waiting
+
     def qsize(self) -> int:
         """Count the requests waiting (the current one not counted)."""
         return len(self._waiting)

@@ -1,6 +1,5 @@
 """decoder_node's Generate action: one request, one stream, per client; real rclpy, own process."""
 
-import importlib.util
 import json
 import os
 import signal
@@ -10,13 +9,10 @@ import threading
 import time
 import uuid
 
+from installed import require_interfaces
 import pytest
 
-# As in test_interfaces.py: under colcon (make test) the package is built, so no skip there.
-if importlib.util.find_spec('physinf_ros_interfaces') is None and 'COLCON' not in os.environ:
-    pytest.skip('physinf_ros_interfaces is not built or not sourced: run make test, or '
-                'colcon build --base-paths . interfaces and source install/setup.bash',
-                allow_module_level=True)
+require_interfaces()
 
 from action_msgs.msg import GoalStatus  # noqa: E402, I100 - after the skip
 from physinf_ros_interfaces.action import Generate  # noqa: E402

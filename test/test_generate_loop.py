@@ -2,9 +2,9 @@
 
 from typing import List, Optional
 
-from physinf_ros.engine.base import ContextFull, DeferredStep, Sampling, StepResult
-from physinf_ros.engine.generate import (FINISH_CANCELLED, FINISH_EOS, FINISH_LENGTH, Generation,
-                                         LAUNCHED_AHEAD)
+from physinf_ros.engine.base import (ContextFull, DeferredStep, LAUNCHED_AHEAD, Sampling,
+                                     StepResult)
+from physinf_ros.engine.generate import FINISH_CANCELLED, FINISH_EOS, FINISH_LENGTH, Generation
 import pytest
 
 EOS = 0

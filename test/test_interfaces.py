@@ -1,17 +1,10 @@
 """The Generate action of physinf_ros_interfaces, as colcon builds it from interfaces/."""
 
-import importlib.util
-import os
 import threading
 
-import pytest
+from installed import require_interfaces
 
-# colcon sets COLCON in the environment of everything it runs; there (make test) the interface
-# package is built and sourced, so its absence is a failure, never a skip.
-if importlib.util.find_spec('physinf_ros_interfaces') is None and 'COLCON' not in os.environ:
-    pytest.skip('physinf_ros_interfaces is not built or not sourced: run make test, or '
-                'colcon build --base-paths . interfaces and source install/setup.bash',
-                allow_module_level=True)
+require_interfaces()
 
 from physinf_ros_interfaces.action import Generate  # noqa: E402, I100 - after the skip
 import rclpy  # noqa: E402

@@ -64,6 +64,12 @@ class DecoderInfo:
     note: str = ''
 
 
+# Steps launched and not yet read while the generation loop's caller holds a token: the one
+# whose token is read next, and the one after it, which keeps the device busy from the moment
+# that token is ready. A decoder keeps a launched step's result intact that long.
+LAUNCHED_AHEAD = 2
+
+
 class StepResult(NamedTuple):
     """A finished decode step: the chosen token and the step's time in milliseconds."""
 
@@ -140,9 +146,9 @@ class Decoder(Protocol):
         """
         Ask for the next step, fed the last chosen token, and return without waiting for it.
 
-        The generation loop keeps one step queued ahead on devices that run asynchronously, so
-        the host's work for token n overlaps the device's step n+1. At most two launched steps
-        may be unread at once; a launched step that is never waited for is simply discarded.
+        The generation loop keeps LAUNCHED_AHEAD steps launched on devices that run
+        asynchronously, so the host's work for token n overlaps the device's next steps. At most
+        LAUNCHED_AHEAD launched steps are unread at once; one never waited for is discarded.
         """
 
     def last_logits(self) -> torch.Tensor:

@@ -18,15 +18,12 @@ from dataclasses import dataclass
 import time
 from typing import Callable, Deque, Iterator, List, Optional, Sequence
 
-from .base import ContextFull, Decoder, PendingStep, Sampling
+from .base import ContextFull, Decoder, LAUNCHED_AHEAD, PendingStep, Sampling
 from .text import Detokenizer
 
 FINISH_EOS = 'eos'
 FINISH_LENGTH = 'length'
 FINISH_CANCELLED = 'cancelled'
-# Steps queued on the device while the caller has a token: the one whose token is read next,
-# and the one after it, which keeps the device busy from the moment that token is ready.
-LAUNCHED_AHEAD = 2
 
 
 @dataclass(frozen=True)

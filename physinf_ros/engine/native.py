@@ -23,7 +23,7 @@ import torch
 
 from . import ops_torch
 from .base import (check_prompt, check_room, ContextFull, DecoderInfo, DeferredStep,
-                   EngineError, PendingStep, Sampling, StepResult)
+                   EngineError, LAUNCHED_AHEAD, PendingStep, Sampling, StepResult)
 from .llama import decode_layers, KVCache, prefill, prompt_logits, rope_tables, Weights
 from .sampling import choose, make_generator, sample
 
@@ -77,11 +77,12 @@ class NativeDecoder:
         self._graphs: Dict[bool, torch.cuda.CUDAGraph] = {}
         self._pool = None
         if device.type == 'cuda':
-            # Two of each: a launched step's token and events stay intact until the step after
-            # next is launched, by which time the loop has read them (Decoder.launch).
-            self._token_slots = torch.zeros(2, dtype=torch.long, pin_memory=True)
+            # One of each per unread step: a launched step's token and events stay intact until
+            # LAUNCHED_AHEAD more are launched, by which time the loop has read them.
+            self._token_slots = torch.zeros(LAUNCHED_AHEAD, dtype=torch.long, pin_memory=True)
             self._events = [(torch.cuda.Event(enable_timing=True),
-                             torch.cuda.Event(enable_timing=True)) for _ in range(2)]
+                             torch.cuda.Event(enable_timing=True))
+                            for _ in range(LAUNCHED_AHEAD)]
             self._launches = 0
             self._warm_up()
 
@@ -171,7 +172,7 @@ class NativeDecoder:
         if self.device.type != 'cuda':
             return DeferredStep(self._run_step)   # a CPU computes as it launches
         check_room(self._position, self.info.max_context)
-        index = self._launches % 2
+        index = self._launches % LAUNCHED_AHEAD
         self._launches += 1
         start, end = self._events[index]
         slot = self._token_slots[index:index + 1]

@@ -267,9 +267,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
             queue = self._queue
         if queue is None:
             return
-        current, waiting = queue.snapshot()
-        for request in ([current] if current else []) + waiting:
-            request.cancel(why)
+        queue.cancel_all(why)
         # The worker ends them within about a step; their finished events precede the new state.
         if not queue.wait_idle(timeout) and not self._stopping.is_set():
             self.get_logger().warning(f'{why}: the running request did not end within '
@@ -478,9 +476,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
 
     def _on_cancel_all(self, request, response):
         queue = self._queue
-        current, waiting = queue.snapshot() if queue is not None else (None, [])
-        for item in ([current] if current else []) + waiting:
-            item.cancel()
+        current, waiting = queue.cancel_all() if queue is not None else (None, [])
         parts = ([f'request {current.id} (running)'] if current else []) + (
             [f'{len(waiting)} waiting ({", ".join(str(r.id) for r in waiting)})']
             if waiting else [])
