@@ -4,17 +4,26 @@ import argparse
 import json
 import sys
 
-from .engine import BACKEND_HELP, BACKENDS, EMBEDDED, EngineError, load, MODEL_SPEC_HELP, Sampling
+from .engine import (BACKEND_HELP, check_backend, EMBEDDED, EngineError, load, MODEL_SPEC_HELP,
+                     Sampling)
 
 
 def _log(message: str) -> None:
     print(f'[physinf] {message}', file=sys.stderr, flush=True)
 
 
+def backend_name(text: str) -> str:
+    """Return text when it names a backend (argparse type); the reason otherwise."""
+    reason = check_backend(text)
+    if reason:
+        raise argparse.ArgumentTypeError(reason)
+    return text
+
+
 def add_model_args(parser: argparse.ArgumentParser) -> None:
     """--model/--backend/--device/--dtype/--max-context, shared by the CLIs."""
     parser.add_argument('--model', default=EMBEDDED, help=MODEL_SPEC_HELP)
-    parser.add_argument('--backend', default='auto', choices=BACKENDS, help=BACKEND_HELP)
+    parser.add_argument('--backend', default='auto', type=backend_name, help=BACKEND_HELP)
     parser.add_argument('--device', default='auto', help='auto, cpu, cuda or cuda:N')
     parser.add_argument('--dtype', default='auto', help='auto, float32, bfloat16 or float16')
     parser.add_argument('--max-context', type=int, default=2048,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import re
 from typing import Any, Mapping, Optional, Tuple
 
-from .engine import BACKEND_HELP, BACKENDS, EMBEDDED, MODEL_SPEC_HELP
+from .engine import BACKEND_HELP, check_backend, EMBEDDED, MODEL_SPEC_HELP
 from .engine.device import DTYPES
 from .prompts import check_system_prompt
 
@@ -34,8 +34,7 @@ class Param:
 
 DECODER_PARAMS = (
     Param('model', EMBEDDED, MODEL_SPEC_HELP, read_only=True),
-    Param('backend', 'auto', 'Decoding backend: ' + BACKEND_HELP + '.',
-          read_only=True, choices=BACKENDS),
+    Param('backend', 'auto', 'Decoding backend: ' + BACKEND_HELP + '.', read_only=True),
     Param('device', 'auto', 'auto (CUDA when present, else CPU), cpu, cuda or cuda:N.',
           read_only=True),
     Param('dtype', 'auto', 'auto (bfloat16 on CUDA, float32 on CPU), ' + ', '.join(DTYPES) + '.',
@@ -111,6 +110,8 @@ def check_value(param: Param, value: Any) -> Optional[str]:
         return f'{name} must be within [{param.low}, {param.high}]; got {value!r}'
     if name == 'device' and not _DEVICE.match(value.strip().lower()):
         return f'device must be auto, cpu, cuda or cuda:N; got {value!r}'
+    if name == 'backend':
+        return check_backend(value)
     if name == 'model' and not value.strip():
         return 'model must not be empty (use "embedded" for the built-in model)'
     return None

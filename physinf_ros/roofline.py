@@ -11,7 +11,8 @@ Definitions (DESIGN.md):
 
 Bytes are counted tensor by tensor (`weight_tensors`) and priced by a byte accounting. `Dense`
 gives every element the same width (bf16: 2 bytes); `Gptq4` prices the `linear` matrices of a
-4-bit checkpoint as packed codes plus group scales and zeros, and the rest at 16 bits.
+4-bit checkpoint as packed codes plus group scales and zeros, and the rest at 16 bits;
+`Stacked` prices them as a quantisation stack stores them (engine/stacks.py's WeightFormat).
 """
 
 from dataclasses import dataclass
@@ -78,6 +79,19 @@ class Gptq4:
             return rows * tensor.cols * self.other_bytes
         groups = rows * tensor.cols / self.group_size
         return rows * tensor.cols / 2 + groups * (2.0 + self.zero_bytes)
+
+
+@dataclass(frozen=True)
+class Stacked:
+    """The linears as a quantisation stack stores them; the other tensors other_bytes each."""
+
+    weight_format: object   # stacks.WeightFormat
+    other_bytes: float
+
+    def tensor_bytes(self, tensor: WeightTensor, rows: int) -> float:
+        if tensor.kind != 'linear':
+            return rows * tensor.cols * self.other_bytes
+        return self.weight_format.linear_bytes(rows, tensor.cols)
 
 
 def weight_tensors(config: ModelConfig) -> List[WeightTensor]:
@@ -173,8 +187,10 @@ class Floor:
 
 
 def decoder_accounting(decoder) -> ByteAccounting:
-    """How a loaded decoder's weights are stored (its step_facts): Dense, or Gptq4."""
+    """How a loaded decoder's weights are stored (its step_facts): Dense, Gptq4 or Stacked."""
     facts = decoder.step_facts()
+    if facts.weight_format is not None:
+        return Stacked(facts.weight_format, facts.element_bytes)
     if facts.group_size:
         return Gptq4(facts.group_size, facts.zero_bytes, facts.element_bytes)
     if facts.quant_method:   # EXL2 mixes bit widths per layer: its bytes are not modelled here

@@ -9,7 +9,9 @@ import pytest
     ('temperature', 1, ['must be a float']),
     ('top_p', 0.0, ['top_p']),
     ('max_new_tokens', 0, ['max_new_tokens', '[1, 32768]']),
-    ('backend', 'turbo', ['backend must be one of']),
+    ('backend', 'turbo', ['unknown backend', 'graphed', 'hf-graphed']),
+    ('backend', 'graphed:sdpa', ['only hf, hf-graphed take a stack']),
+    ('backend', 'hf:nf5', ['unknown stack', 'bnb-nf4', 'sdpa-cudnn']),
     ('device', 'tpu', ['device must be']),
     ('dtype', 'int3', ['dtype must be one of']),
     ('model', '  ', ['must not be empty']),
@@ -29,6 +31,7 @@ def test_bad_values_are_refused_with_a_reason(name, value, words):
 @pytest.mark.parametrize('name, value', [
     ('temperature', 0.7), ('top_p', 0.9), ('max_new_tokens', 16), ('device', 'cuda:1'),
     ('seed', 1234), ('system_prompt', 'You are a robot.'), ('use_chat_template', False),
+    ('backend', 'hf-graphed:sdpa-cudnn'), ('backend', 'hf:bnb-nf4'),
 ])
 def test_good_values_pass(name, value):
     assert check(name, value) is None

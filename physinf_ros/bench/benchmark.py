@@ -45,6 +45,10 @@ class _Recorder(protocol.Listener):
         self.listener.cell(cell, engine)
         self.listener.result(record)
 
+    def unavailable(self, mode: str, reason: str) -> None:
+        self.benchmark.unavailable.append({'mode': mode, 'reason': reason})
+        self.listener.unavailable(mode, reason)
+
 
 class Benchmark:
     """A plan on a target; run() measures it and returns the results document."""
@@ -57,12 +61,16 @@ class Benchmark:
         self.plan = plan
         self.log = log
         self.device = pick_device(plan.device)
+        unrunnable = plan.unrunnable(self.device)
+        if unrunnable and not plan.record_unavailable:   # before any weights load
+            raise ValueError('; '.join(unrunnable))
         found = detect(self.device, target, log)
         if price_per_hour is not None:
             found = found.with_price(price_per_hour, 'given for this run',
                                      date.today().isoformat())
         self.target: Target = found
         self.records: List[Dict[str, object]] = []
+        self.unavailable: List[Dict[str, str]] = []   # modes that did not run, with the reason
         self.model: Dict[str, object] = {'spec': plan.model}
         self._floor: Optional[Floor] = None
 
@@ -94,4 +102,4 @@ class Benchmark:
         """Return the results document of the cells measured so far."""
         return results.document(protocol.describe(self.plan), self.target,
                                 results.machine_facts(self.device), self.model,
-                                self.records, status)
+                                self.records, status, self.unavailable)

@@ -7,10 +7,9 @@ from typing import Dict, List
 
 from . import protocol, results
 from .benchmark import BenchListener, Benchmark
+from .params import MODES_HELP
 from .protocol import Plan
-from ..engine import BACKENDS, EMBEDDED, EngineError, MODEL_SPEC_HELP
-
-MODE_CHOICES = [b for b in BACKENDS if b != 'auto']
+from ..engine import EMBEDDED, EngineError, MODEL_SPEC_HELP
 
 
 def _log(message: str) -> None:
@@ -38,12 +37,12 @@ def table(records: List[Dict[str, object]]) -> str:
     def fmt(value, spec):
         return format(value, spec) if value is not None else '-'
 
-    lines = [f'{"mode":<12} {"ran as":<11} {"ctx":>6} {"ms/step":>9} {"t_floor":>8} '
+    lines = [f'{"mode":<26} {"ran as":<24} {"ctx":>6} {"ms/step":>9} {"t_floor":>8} '
              f'{"R_floor":>7} {"tok/s":>8} {"speedup [95% CI]":>24}']
     for r in records:
         speedup = '-' if r['speedup'] is None else (
             f'{r["speedup"]:.3f} [{r["ci95_lo"]:.3f}, {r["ci95_hi"]:.3f}]')
-        lines.append(f'{r["mode"]:<12} {r["backend"]:<11} {r["ctx"]:>6} '
+        lines.append(f'{r["mode"]:<26} {r["backend"]:<24} {r["ctx"]:>6} '
                      f'{fmt(r["step_ms_p50"], ".3f"):>9} {fmt(r["t_floor_ms"], ".3f"):>8} '
                      f'{fmt(r["R_floor"], ".3f"):>7} {fmt(r["tokens_per_s"], ".1f"):>8} '
                      f'{speedup:>24}')
@@ -58,10 +57,13 @@ def bench_parser() -> argparse.ArgumentParser:
                     "against the first with a bootstrap 95% CI; R_floor against the target's "
                     'datasheet bandwidth. Writes JSON and a CSV beside it.')
     parser.add_argument('--model', default=EMBEDDED, help=MODEL_SPEC_HELP)
-    parser.add_argument('--backend', choices=MODE_CHOICES,
-                        help='measure this one backend (same as --modes NAME)')
-    parser.add_argument('--modes', help='comma-separated backends to compare, the first is the '
-                        'baseline (default: eager,graphed); any of ' + ', '.join(MODE_CHOICES))
+    parser.add_argument('--backend', help='measure this one mode (same as --modes NAME)')
+    parser.add_argument('--modes', help=MODES_HELP + ' (default: eager,graphed)')
+    parser.add_argument('--record-unavailable', action='store_true',
+                        help='record a mode that cannot run here (its package missing, no CUDA, '
+                             'a failed load or session) in the results with the reason, and go '
+                             'on with the others (for a stack matrix); default: stop with the '
+                             'error')
     parser.add_argument('--contexts', default='2048,4096,8192,16384',
                         help='comma-separated context lengths filled by a real prefill')
     parser.add_argument('--steps', type=int, default=30, help='measured steps per session')
@@ -93,7 +95,7 @@ def plan_from_args(args, parser: argparse.ArgumentParser) -> Plan:
         parser.error(f'--contexts must be comma-separated integers; got {args.contexts!r}')
     plan = Plan(model=args.model, modes=modes, contexts=contexts, steps=args.steps,
                 warmup=args.warmup, sessions=args.sessions, device=args.device,
-                dtype=args.dtype, seed=args.seed)
+                dtype=args.dtype, seed=args.seed, record_unavailable=args.record_unavailable)
     problems = plan.problems()
     if problems:
         parser.error('; '.join(problems))
@@ -126,6 +128,8 @@ def bench_main(argv=None) -> int:
     out = args.out or results.default_path(benchmark.target, plan.model)
     json_path, csv_path = results.write(doc, out)
     print(table(doc['cells']))
+    for entry in doc['unavailable']:
+        print(f'unavailable: {entry["mode"]}: {entry["reason"]}')
     target = doc['target']
     print(f'target {target["name"]}: B_peak {target["B_peak_gbs"]:g} GB/s '
           f'({"measured" if target["measured"] else "datasheet"})')

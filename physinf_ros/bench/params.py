@@ -11,14 +11,17 @@ from typing import Any, Dict, List, Optional
 
 from .protocol import DEFAULT_CONTEXTS, DEFAULT_MODES, parse_list, Plan
 from ..config import check_value, Param, PARAMS_BY_NAME as DECODER
-from ..engine import EMBEDDED, MODEL_SPEC_HELP
+from ..engine import BACKENDS, EMBEDDED, MODEL_SPEC_HELP
+from ..engine.stacks import STACK_HELP
 from ..targets import load_targets
+
+MODES_HELP = ('Comma-separated modes to measure, the first the baseline of the A/B: backends ('
+              + ', '.join(b for b in BACKENDS if b != 'auto') + '), hf and hf-graphed also as '
+              'NAME:STACK with a stack of ' + STACK_HELP)
 
 BENCH_PARAMS = (
     Param('model', EMBEDDED, MODEL_SPEC_HELP, read_only=True),
-    Param('modes', ','.join(DEFAULT_MODES),
-          'Comma-separated backends to measure; the first is the baseline of the A/B '
-          '(hf, hf-graphed, eager, graphed).', read_only=True),
+    Param('modes', ','.join(DEFAULT_MODES), MODES_HELP + '.', read_only=True),
     Param('backend', '', 'Measure this one backend instead of modes (empty: use modes).',
           read_only=True),
     Param('contexts', ','.join(str(c) for c in DEFAULT_CONTEXTS),

@@ -12,6 +12,13 @@ A/B: the modes of one backend family (eager and graphed; hf and hf-graphed) shar
 weights, and their sessions interleave (slot 0: A then B, slot 1: B then A, ...) so slow drift
 of clocks or temperature hits both alike. Modes of another family need the model loaded again;
 they run after, one family at a time, so only one copy of the weights is ever in memory.
+A mode is a backend name, the transformers ones with a software stack (`hf-graphed:sdpa-cudnn`);
+modes whose stacks share weights (attention stacks) are one family, each quantisation stack its
+own.
+
+A stack matrix asks for modes that may not run on every machine. With `record_unavailable`, a
+mode whose stack cannot run here (package missing, no CUDA) or whose load or session fails is
+given to the listener as unavailable with the reason, and the run goes on with the others.
 """
 
 from dataclasses import dataclass, field
@@ -22,7 +29,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..engine import BACKENDS, backends, Engine, load, Sampling
+from ..engine import backends, check_backend, Engine, EngineError, load, Sampling
+from ..engine.device import pick_device
+from ..engine.stacks import missing
 from ..stats import bootstrap_ratio_ci, percentile
 
 GREEDY = Sampling()
@@ -47,15 +56,16 @@ class Plan:
     device: str = 'auto'
     dtype: str = 'auto'
     seed: int = 0
+    record_unavailable: bool = False   # a mode that cannot run is recorded, not fatal
 
     def problems(self) -> List[str]:
         """Return why this plan cannot run (empty when it can)."""
         wrong = []
-        usable = [b for b in BACKENDS if b != 'auto']
         for mode in self.modes:
-            if mode not in usable:
-                wrong.append(f'unknown mode {mode!r}: modes are backends, one of '
-                             + ', '.join(usable))
+            reason = 'auto is not a mode: name the backend' if mode == 'auto' else \
+                check_backend(mode)
+            if reason:
+                wrong.append(f'mode {mode!r}: {reason}')
         if not self.modes or len(set(self.modes)) != len(self.modes):
             wrong.append(f'modes must be distinct and at least one; got {list(self.modes)}')
         if not self.contexts or min(self.contexts) < 1:
@@ -64,6 +74,12 @@ class Plan:
             wrong.append(f'need steps >= 1, warmup >= 0 and sessions >= 1; got steps '
                          f'{self.steps}, warmup {self.warmup}, sessions {self.sessions}')
         return wrong
+
+    def unrunnable(self, device) -> List[str]:
+        """Return why modes cannot run on device (a stack's package or CUDA missing)."""
+        stacks = ((mode, backends.stack_of(mode)) for mode in self.modes)
+        return [f'mode {mode}: {missing(stack, device)}' for mode, stack in stacks
+                if stack and missing(stack, device)]
 
     @property
     def baseline(self) -> str:
@@ -78,7 +94,7 @@ class Plan:
         """Group the modes by the weights they share, in the order they were given."""
         groups: Dict[Tuple[str, ...], List[str]] = {}
         for mode in self.modes:
-            groups.setdefault(backends.family(mode), []).append(mode)
+            groups.setdefault(backends.weights_key(mode), []).append(mode)
         return [tuple(group) for group in groups.values()]
 
     def session_count(self) -> int:
@@ -160,6 +176,9 @@ class Listener:
     def cell(self, cell: Cell, engine: Engine) -> None:
         """Take a finished cell: all its sessions, its comparison filled in."""
 
+    def unavailable(self, mode: str, reason: str) -> None:
+        """Take a mode that did not run (record_unavailable), with the reason."""
+
 
 def prompt_ids(vocab_size: int, ctx: int, seed: int, slot: int) -> List[int]:
     """Return ctx random token ids, the same for every mode in the same session slot."""
@@ -219,31 +238,63 @@ def run(plan: Plan, listener: Listener = Listener(), stop: Callable[[], bool] = 
         raise ValueError('; '.join(problems))
     log = _once(log)
     cells: Dict[Tuple[str, int], Cell] = {}
+    failed: Dict[str, str] = {}
+
+    def give_up(mode: str, exc: Exception) -> None:
+        if not plan.record_unavailable or isinstance(exc, Stopped):
+            raise exc
+        failed[mode] = str(exc) or type(exc).__name__
+        log(f'mode {mode} recorded unavailable: {failed[mode]}')
+        listener.unavailable(mode, failed[mode])
+
+    device = pick_device(plan.device)
     for family in plan.families():
-        engine = load(plan.model, family[0], plan.device, plan.dtype,
-                      plan.max_context(plan.contexts[0]), log=log)
+        for mode in family:
+            stack = backends.stack_of(mode)
+            reason = missing(stack, device) if stack else None
+            if reason:
+                give_up(mode, EngineError(reason))
+        runnable = [mode for mode in family if mode not in failed]
+        if not runnable:
+            continue
+        try:
+            engine = load(plan.model, runnable[0], plan.device, plan.dtype,
+                          plan.max_context(plan.contexts[0]), log=log)
+        except Exception as exc:   # noqa: B902 - recorded per mode, or raised again
+            for mode in runnable:
+                give_up(mode, exc)
+            continue
         listener.loaded(engine)
         for ctx in plan.contexts:
-            here = {mode: Cell(mode, mode, ctx) for mode in family}
+            here = {mode: Cell(mode, mode, ctx) for mode in runnable}
             for slot in range(plan.sessions):
-                order = family if slot % 2 == 0 else tuple(reversed(family))
+                order = runnable if slot % 2 == 0 else runnable[::-1]
                 for mode in order:
-                    backend, session = run_session(
-                        engine, plan, mode, ctx, slot,
-                        lambda ms, mode=mode: listener.step(mode, ctx, ms), stop, log)
+                    if mode in failed:
+                        continue
+                    try:
+                        backend, session = run_session(
+                            engine, plan, mode, ctx, slot,
+                            lambda ms, mode=mode: listener.step(mode, ctx, ms), stop, log)
+                    except Exception as exc:   # noqa: B902 - recorded per mode, or raised again
+                        give_up(mode, exc)
+                        continue
                     here[mode].backend = backend
                     here[mode].sessions.append(session)
                     listener.session(mode, ctx, session)
-            for mode in family:
+            for mode in runnable:
+                if mode in failed:
+                    continue
                 cell = cells[mode, ctx] = here[mode]
-                if mode != plan.baseline:
+                if mode != plan.baseline and (plan.baseline, ctx) in cells:
                     cell.comparison = compare(cells[plan.baseline, ctx], cell)
                 listener.cell(cell, engine)
         # Free this family's weights before the next family loads its own.
         del engine
         gc.collect()
         _empty_device_cache()
-    return [cells[mode, ctx] for mode in plan.modes for ctx in plan.contexts]
+    return [cells[mode, ctx] for mode in plan.modes for ctx in plan.contexts
+            if (mode, ctx) in cells]
 
 
 def _empty_device_cache() -> None:
@@ -262,7 +313,7 @@ def describe(plan: Plan) -> Dict[str, object]:
     return {
         'warmup_steps': plan.warmup, 'measured_steps': plan.steps, 'sessions': plan.sessions,
         'contexts': list(plan.contexts), 'modes': list(plan.modes), 'baseline': plan.baseline,
-        'seed': plan.seed,
+        'seed': plan.seed, 'record_unavailable': plan.record_unavailable,
         'session': 'Engine.renew: weights stay loaded; new KV cache, new CUDA graphs, '
                    'a real prefill of ctx random token ids (seeded by session slot)',
         'step_timing': 'time.perf_counter around decoder.step(), which waits for the device',

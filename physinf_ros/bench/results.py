@@ -119,19 +119,20 @@ def machine_facts(device: torch.device) -> Dict[str, object]:
         'cpu': device_name(torch.device('cpu')), 'cpu_count': os.cpu_count(),
         'python': platform.python_version(), 'platform': platform.platform(),
         'packages': {name: _version(name) for name in (
-            'physinf_ros', 'torch', 'transformers', 'triton', 'numpy')},
+            'physinf_ros', 'torch', 'transformers', 'triton', 'numpy', 'bitsandbytes', 'torchao',
+            'exllamav2')},
         'physinf_ros_commit': commit + ('-dirty' if dirty else '') if commit else None,
     }
 
 
 def document(protocol: Dict[str, object], target: Target, machine: Dict[str, object],
              model: Dict[str, object], records: List[Dict[str, object]],
-             status: str) -> Dict[str, object]:
-    """Assemble the versioned results document."""
+             status: str, unavailable: List[Dict[str, str]] = ()) -> Dict[str, object]:
+    """Assemble the versioned results document (unavailable: modes that did not run, why)."""
     return {'schema': SCHEMA, 'schema_version': SCHEMA_VERSION,
             'created_utc': datetime.now(timezone.utc).isoformat(timespec='seconds'),
             'status': status, 'machine': machine, 'target': target.facts(), 'model': model,
-            'protocol': protocol, 'cells': records}
+            'protocol': protocol, 'cells': records, 'unavailable': list(unavailable)}
 
 
 def default_path(target: Target, model: str, folder: str = 'benchmarks/results') -> Path:

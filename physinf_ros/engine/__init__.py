@@ -7,7 +7,8 @@ from typing import Callable, List, Optional, Sequence, Tuple, TYPE_CHECKING
 
 import torch
 
-from .backends import BACKEND_HELP, BACKENDS, Build, BY_NAME, family, NATIVE, pick as pick_backend
+from .backends import (BACKEND_HELP, BACKENDS, Build, check_name as check_backend, NATIVE,
+                       pick as pick_backend, record, stack_of, weights_key)
 from .base import ContextFull, Decoder, DecoderInfo, EngineError, Sampling
 from .device import device_label, dtype_name, pick_device, pick_dtype
 from .generate import Generation
@@ -17,8 +18,8 @@ from .text import encode_prompt, encode_text, encode_truncated, load_tokenizer
 if TYPE_CHECKING:
     from .kernels import KernelConfig
 
-__all__ = ['BACKEND_HELP', 'BACKENDS', 'ContextFull', 'Decoder', 'DecoderInfo', 'EMBEDDED',
-           'Engine', 'EngineError', 'Generation', 'MODEL_SPEC_HELP', 'pick_backend', 'Sampling',
+__all__ = ['BACKEND_HELP', 'BACKENDS', 'check_backend', 'ContextFull', 'Decoder', 'DecoderInfo',
+           'EMBEDDED', 'Engine', 'EngineError', 'Generation', 'MODEL_SPEC_HELP', 'pick_backend', 'Sampling',
            'load']
 
 
@@ -71,16 +72,16 @@ class Engine:
         old = self.decoder
         name = pick_backend(backend or old.info.backend, old.device, self.source.quant_method,
                             log)
-        if name not in family(old.info.backend):
+        if weights_key(name) != weights_key(old.info.backend):
             raise EngineError(f'cannot renew a {old.info.backend} decoder as {name}: '
                               f'load the model again with backend {name}')
         info = replace(old.info, backend=name, max_context=max_context or old.info.max_context)
-        record = BY_NAME[name]
-        shared = record.family.shared(old)
-        build = Build(info, old.device, self.source, log, self.kernel_config)
+        chosen = record(name)
+        shared = chosen.family.shared(old)
+        build = Build(info, old.device, self.source, log, self.kernel_config, stack_of(name))
         # Let the old cache and graphs go before the new ones are made.
         self.decoder = old = None
-        self.decoder = record.make(shared, build)
+        self.decoder = chosen.make(shared, build)
         return self.decoder
 
     def __post_init__(self):
@@ -118,25 +119,26 @@ def load(model: str = EMBEDDED, backend: str = 'auto', device: str = 'auto',
     start = time.perf_counter()
     torch_device = pick_device(device)
     torch_dtype = pick_dtype(dtype, torch_device)
-    if backend not in BACKENDS:   # before resolving: a typo should not start a conversion
+    if check_backend(backend):   # before resolving: a typo should not start a conversion
         pick_backend(backend, torch_device)
     source = resolve(model, log)
     name = pick_backend(backend, torch_device, source.quant_method, log)
-    record = BY_NAME[name]
+    chosen = record(name)
     notes = [f'asked for {backend}'] if backend not in ('auto', name) else []
-    fixed = record.family.dtype
+    fixed = chosen.family.dtype
     if fixed is not None:
         if dtype not in ('auto', dtype_name(fixed)):
             notes.append(f'dtype {dtype} ignored: {name} computes in {dtype_name(fixed)}')
         torch_dtype = fixed
-    if kernel_config is None and record.family is NATIVE and torch_device.type == 'cuda':
+    if kernel_config is None and chosen.family is NATIVE and torch_device.type == 'cuda':
         from .kernels import KernelConfig
         kernel_config = KernelConfig.for_device(torch_device, log)
     tokenizer = load_tokenizer(source, log)
     info = DecoderInfo(backend=name, device=device_label(torch_device),
                        dtype=dtype_name(torch_dtype), model=source.name,
                        max_context=max_context, note='; '.join(notes))
-    shared = record.load(source, torch_device, torch_dtype, max_context, log)
-    decoder = record.make(shared, Build(info, torch_device, source, log, kernel_config))
+    stack = stack_of(name)
+    shared = chosen.load(source, torch_device, torch_dtype, max_context, log, stack)
+    decoder = chosen.make(shared, Build(info, torch_device, source, log, kernel_config, stack))
     return Engine(decoder, tokenizer, stop_token_ids(source, tokenizer), source,
                   time.perf_counter() - start, kernel_config)

@@ -4,18 +4,21 @@ The backends, one record each: every fact about a backend is written here and re
 A record says which family the backend belongs to (backends of one family share loaded
 weights, so a session may move between them without loading again), what it runs as where
 there is no CUDA, which checkpoints it takes (float, gptq, exl2), whether `auto` may pick it,
-how its family loads weights and how it makes a decoder on them. `pick` resolves a request
-against the table; `Engine` (engine/__init__.py) loads and renews through it.
+how its family loads weights and how it makes a decoder on them. The transformers backends
+also take a software stack after a colon (`hf-graphed:sdpa-cudnn`, `hf:bnb-nf4`; stacks.py).
+`pick` resolves a request against the table; `Engine` (engine/__init__.py) loads and renews
+through it.
 """
 
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Callable, FrozenSet, Optional, TYPE_CHECKING
+from typing import Callable, FrozenSet, Optional, Tuple, TYPE_CHECKING
 
 import torch
 
 from .base import Decoder, DecoderInfo, EngineError
 from .models import ModelSource
+from .stacks import missing, Quantization, STACK_HELP, STACKS
 
 if TYPE_CHECKING:   # kernels imports triton: only where our kernels run
     from .kernels import KernelConfig
@@ -33,10 +36,11 @@ class Build:
     source: ModelSource
     log: Callable[[str], None]
     kernels: Optional['KernelConfig'] = None   # our kernels' configuration (CUDA only)
+    stack: Optional[object] = None   # the transformers backends' Attention or Quantization
 
 
 def _load_native(backend: 'Backend', source: ModelSource, device: torch.device,
-                 dtype: torch.dtype, max_context: int, log: Callable[[str], None]):
+                 dtype: torch.dtype, max_context: int, log: Callable[[str], None], stack=None):
     from . import llama
     try:
         config = llama.ModelConfig.from_hf(source.hf_config)
@@ -59,19 +63,23 @@ def _make_native(backend: 'Backend', weights, build: Build) -> Decoder:
 
 
 def _load_hf(backend: 'Backend', source: ModelSource, device: torch.device, dtype: torch.dtype,
-             max_context: int, log: Callable[[str], None]):
+             max_context: int, log: Callable[[str], None], stack=None):
     from .hf import load_hf_model
-    return load_hf_model(source, device, dtype)
+    model = load_hf_model(source, device, dtype)
+    if isinstance(stack, Quantization):
+        stack.quantize(model, dtype)
+        log(f'weights quantised with {stack.summary}')
+    return model
 
 
 def _make_hf(backend: 'Backend', model, build: Build) -> Decoder:
     from .hf import HFDecoder, HFGraphedDecoder
     cls = HFGraphedDecoder if backend.name == 'hf-graphed' else HFDecoder
-    return cls(model, build.info, build.device)
+    return cls(model, build.info, build.device, build.stack)
 
 
 def _load_exllama(backend: 'Backend', source: ModelSource, device: torch.device,
-                  dtype: torch.dtype, max_context: int, log: Callable[[str], None]):
+                  dtype: torch.dtype, max_context: int, log: Callable[[str], None], stack=None):
     from .exllama import load_model
     return load_model(source.path, device, max_context, log)
 
@@ -93,11 +101,12 @@ class Family:
     shared: Callable   # decoder -> what it was made on, for a renew within the family
     needs_cuda: bool = False             # no CPU path at all
     dtype: Optional[torch.dtype] = None  # computes in this dtype whatever was asked
+    stacks: bool = False                 # takes a software stack (stacks.py) after a colon
 
 
 NATIVE = Family('native', frozenset({FLOAT, 'gptq'}), _load_native, _make_native,
                 attrgetter('weights'))
-HF = Family('hf', frozenset({FLOAT}), _load_hf, _make_hf, attrgetter('model'))
+HF = Family('hf', frozenset({FLOAT}), _load_hf, _make_hf, attrgetter('model'), stacks=True)
 EXLLAMA = Family('exllamav2', frozenset({'gptq', 'exl2'}), _load_exllama, _make_exllama,
                  attrgetter('model'), needs_cuda=True, dtype=torch.float16)
 
@@ -116,9 +125,9 @@ class Backend:
         return (quantization or FLOAT) in self.family.checkpoints
 
     def load(self, source: ModelSource, device: torch.device, dtype: torch.dtype,
-             max_context: int, log: Callable[[str], None]):
+             max_context: int, log: Callable[[str], None], stack=None):
         """Load what this backend's family shares: a model object or our Weights."""
-        return self.family.load(self, source, device, dtype, max_context, log)
+        return self.family.load(self, source, device, dtype, max_context, log, stack)
 
     def make(self, shared, build: Build) -> Decoder:
         """Build a fresh decoder (cache, graphs) of this backend on loaded weights."""
@@ -136,21 +145,69 @@ TABLE = (
     Backend('exllamav2-q8', EXLLAMA, 'the same with an 8-bit KV cache'),
 )
 BY_NAME = {backend.name: backend for backend in TABLE}
-# What a backend may be asked for: auto, then every backend by name.
+# What a backend may be asked for: auto, then every backend by name (the transformers ones
+# also as NAME:STACK).
 BACKENDS = (AUTO,) + tuple(BY_NAME)
 BACKEND_HELP = ('auto (the fastest here: graphed on CUDA, GPTQ on our 4-bit kernels; exllamav2 '
                 'for EXL2; eager on a CPU), '
-                + ', '.join(f'{b.name} ({b.summary})' for b in TABLE))
+                + ', '.join(f'{b.name} ({b.summary})' for b in TABLE)
+                + '; hf and hf-graphed also as NAME:STACK, a stack being ' + STACK_HELP)
+
+
+def split(name: str) -> Tuple[str, Optional[str]]:
+    """Return (backend, stack name or None) of 'hf-graphed:sdpa-cudnn' or 'graphed'."""
+    base, _, stack = name.partition(':')
+    return base, stack or None
+
+
+def check_name(name: str) -> Optional[str]:
+    """Why name is not a backend one may ask for (NAME or NAME:STACK), or None."""
+    base, stack = split(name)
+    if base not in BACKENDS:
+        return f'unknown backend {name!r}: choose one of {", ".join(BACKENDS)}'
+    if stack is None:
+        return None if ':' not in name else f'backend {name!r}: name a stack after the colon'
+    if base == AUTO or not BY_NAME[base].family.stacks:
+        takers = ', '.join(b.name for b in TABLE if b.family.stacks)
+        return f'backend {name!r}: only {takers} take a stack'
+    if stack not in STACKS:
+        return f'unknown stack {stack!r} in {name!r}: choose one of {STACK_HELP}'
+    return None
+
+
+def stack_of(name: str) -> Optional[object]:
+    """Return the Attention or Quantization record a backend name carries, or None."""
+    stack = split(name)[1]
+    return STACKS[stack] if stack else None
+
+
+def record(name: str) -> Backend:
+    """Return the backend record of a picked name ('hf-graphed:sdpa-cudnn': hf-graphed's)."""
+    return BY_NAME[split(name)[0]]
 
 
 def family(name: str) -> tuple:
     """Return the names of the backends that share loaded weights with backend name."""
-    return tuple(b.name for b in TABLE if b.family is BY_NAME[name].family)
+    base = record(name)
+    return tuple(b.name for b in TABLE if b.family is base.family)
+
+
+def weights_key(name: str) -> Tuple[str, Optional[str]]:
+    """
+    Return what backend name's loaded weights are: its family and its quantisation stack.
+
+    Two names with the same key share loaded weights, so a session may move between them
+    (eager and graphed; hf, hf-graphed and their attention stacks) without loading again.
+    """
+    stack = stack_of(name)
+    return record(name).family.name, stack.name if isinstance(stack, Quantization) else None
 
 
 def graph_of(name: str) -> Optional[str]:
     """Return the backend name runs as without CUDA when that differs (its eager forward)."""
-    return BY_NAME[name].without_cuda
+    base, stack = split(name)
+    eager = BY_NAME[base].without_cuda
+    return eager if eager is None or stack is None else f'{eager}:{stack}'
 
 
 def pick(backend: str, device: torch.device, quantization: Optional[str] = None,
@@ -159,14 +216,33 @@ def pick(backend: str, device: torch.device, quantization: Optional[str] = None,
     Resolve 'auto' and fall back from graph backends where there is no CUDA.
 
     quantization is the checkpoint's quant_method ('gptq', 'exl2') or None for float weights.
+    A stack that cannot run here (no CUDA, its package missing) is refused, before any load.
     """
-    if backend not in BACKENDS:
-        raise EngineError(f'unknown backend {backend!r}: choose one of {", ".join(BACKENDS)}')
+    wrong = check_name(backend)
+    if wrong:
+        raise EngineError(wrong)
+    base, stack_name = split(backend)
+    name = _pick(base, device, quantization, log)
+    if stack_name is None:
+        return name
+    stack = STACKS[stack_name]
+    why = missing(stack, device)
+    if why:
+        raise EngineError(why)
+    if isinstance(stack, Quantization) and quantization:
+        raise EngineError(f'stack {stack_name} quantises float weights; this model is already a '
+                          f'{quantization} checkpoint: drop :{stack_name} or load the float model')
+    return f'{name}:{stack_name}'
+
+
+def _pick(backend: str, device: torch.device, quantization: Optional[str],
+          log: Callable[[str], None]) -> str:
     cuda = device.type == 'cuda'
     takers = [b for b in TABLE if b.takes(quantization)]
     if not takers:
+        kinds = sorted({kind for b in TABLE for kind in b.family.checkpoints})
         raise EngineError(f'{quantization} checkpoints run on no backend here: backends take '
-                          + ', '.join(sorted({kind for b in TABLE for kind in b.checkpoints})))
+                          + ', '.join(kinds))
     if not cuda and all(b.family.needs_cuda for b in takers):
         raise EngineError(f'{quantization} checkpoints run only on backend '
                           f'{_auto(takers).name}, which needs a CUDA GPU (device is '

@@ -108,7 +108,8 @@ class StepFacts:
 
     element_bytes is the width of the 16- or 32-bit tensors; group_size is set when the
     linears are 4-bit GPTQ codes, with zero_bytes per group and output for their zeros;
-    quant_method names a quantised format whose bytes are not modelled (EXL2's mixed widths).
+    quant_method names a quantised format whose bytes are not modelled (EXL2's mixed widths);
+    weight_format is a quantisation stack's storage of the linears (stacks.WeightFormat).
     """
 
     config: 'ModelConfig'
@@ -117,6 +118,7 @@ class StepFacts:
     group_size: Optional[int] = None
     zero_bytes: float = 0.0
     quant_method: Optional[str] = None
+    weight_format: Optional[object] = None
 
 
 class Decoder(Protocol):

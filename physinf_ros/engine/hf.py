@@ -5,6 +5,11 @@ The reference backends: the transformers forward, one token per step.
 `hf-graphed` holds the keys and values in a StaticCache and replays the one-token forward from a
 captured CUDA graph (the best the stock transformers forward does). Every other backend is
 checked against `hf` on the same weights.
+
+Both take a software stack (stacks.py): an attention implementation, set on the shared model
+by each new decoder (sessions of different stacks interleave on one model) with SDPA's kernel
+forced around every forward; or a quantisation stack, applied when the weights load, whose
+one-token forward `hf-graphed` compiles when the stack's package recommends it.
 """
 
 import inspect
@@ -15,6 +20,9 @@ from .base import DecoderInfo, StepFacts
 from .forward import ForwardDecoder
 from .llama import ModelConfig, synthetic_state_dict
 from .models import ModelSource
+from .stacks import Attention, ATTENTIONS, Quantization
+
+DEFAULT_ATTENTION = ATTENTIONS[0]   # sdpa with torch's own kernel choice
 
 
 def load_hf_model(source: ModelSource, device: torch.device, dtype: torch.dtype):
@@ -40,26 +48,34 @@ def load_hf_model(source: ModelSource, device: torch.device, dtype: torch.dtype)
 class HFDecoder(ForwardDecoder):
     """transformers forward with a DynamicCache."""
 
-    def __init__(self, model, info: DecoderInfo, device: torch.device):
+    def __init__(self, model, info: DecoderInfo, device: torch.device, stack=None):
         super().__init__(info, device)
         self.model = model
         self._cache = None
         # transformers renamed past_key_values to cache (5.2x); use whichever this one takes.
         params = inspect.signature(model.forward).parameters
         self._cache_arg = 'cache' if 'cache' in params else 'past_key_values'
+        self.attention: Attention = stack if isinstance(stack, Attention) else DEFAULT_ATTENTION
+        self.quantization = stack if isinstance(stack, Quantization) else None
+        model.set_attn_implementation(self.attention.implementation)
 
     def step_facts(self) -> StepFacts:
-        """Return the model's shape and dtype; ValueError outside the Llama family."""
+        """Return the model's shape and storage; ValueError outside the Llama family."""
         element = self.model.dtype.itemsize
-        return StepFacts(ModelConfig.from_hf(self.model.config.to_dict()), element, element)
+        weight_format = self.quantization.weight_format if self.quantization else None
+        return StepFacts(ModelConfig.from_hf(self.model.config.to_dict()), element, element,
+                         weight_format=weight_format)
 
     def _reset_cache(self) -> None:
         from transformers import DynamicCache
         self._cache = DynamicCache(config=self.model.config)
 
-    def _run(self, ids: torch.Tensor, positions: torch.Tensor = None) -> torch.Tensor:
-        out = self.model(input_ids=ids, cache_position=positions, use_cache=True,
-                         logits_to_keep=1, **{self._cache_arg: self._cache})
+    def _run(self, ids: torch.Tensor, positions: torch.Tensor = None,
+             forward=None) -> torch.Tensor:
+        with self.attention.context():
+            out = (forward or self.model)(input_ids=ids, cache_position=positions,
+                                          use_cache=True, logits_to_keep=1,
+                                          **{self._cache_arg: self._cache})
         return out.logits[0, -1].float()
 
     def _forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
@@ -69,14 +85,16 @@ class HFDecoder(ForwardDecoder):
 class HFGraphedDecoder(HFDecoder):
     """transformers forward with a StaticCache; each decode step replays one CUDA graph."""
 
-    def __init__(self, model, info: DecoderInfo, device: torch.device):
-        super().__init__(model, info, device)
+    def __init__(self, model, info: DecoderInfo, device: torch.device, stack=None):
+        super().__init__(model, info, device, stack)
         from transformers import StaticCache
         self._cache = StaticCache(config=model.config, max_cache_len=info.max_context)
         self._ids = torch.zeros(1, 1, dtype=torch.long, device=device)
         self._positions = torch.zeros(1, dtype=torch.long, device=device)
         self._graph = None
         self._logits = None
+        self._step_forward = _compiled(model) if self.quantization and \
+            self.quantization.compiled_step and device.type == 'cuda' else None
 
     def _reset_cache(self) -> None:
         self._cache.reset()  # in place: the captured graph keeps pointing at the same tensors
@@ -98,8 +116,19 @@ class HFGraphedDecoder(HFDecoder):
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
             for _ in range(2):  # same inputs, same cache slot: warm-up writes what the step will
-                self._run(self._ids, self._positions)
+                self._run(self._ids, self._positions, self._step_forward)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         self._graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self._graph):
-            self._logits = self._run(self._ids, self._positions)
+            self._logits = self._run(self._ids, self._positions, self._step_forward)
+
+
+def _compiled(model):
+    # One compiled forward per loaded model, kept across its decoders: a new session with the
+    # same cache shape reuses it. Inductor's own CUDA graphs stay off: the step is captured in
+    # ours.
+    compiled = getattr(model, '_physinf_compiled_forward', None)
+    if compiled is None:
+        compiled = torch.compile(model.forward, mode='max-autotune-no-cudagraphs')
+        model._physinf_compiled_forward = compiled
+    return compiled
