@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from .kernels import KernelConfig
 
 __all__ = ['BACKEND_HELP', 'BACKENDS', 'check_backend', 'ContextFull', 'Decoder', 'DecoderInfo',
-           'EMBEDDED', 'Engine', 'EngineError', 'Generation', 'MODEL_SPEC_HELP', 'pick_backend', 'Sampling',
-           'load']
+           'EMBEDDED', 'Engine', 'EngineError', 'Generation', 'MODEL_SPEC_HELP', 'pick_backend',
+           'Sampling', 'load']
 
 
 @dataclass
