@@ -83,3 +83,21 @@ def bootstrap_ratio_ci(a: Sequence[float], b: Sequence[float], confidence: float
     tail = (1.0 - confidence) / 2.0 * 100.0
     low, high = np.percentile(ratios, [tail, 100.0 - tail])
     return ratio, float(low), float(high)
+
+
+def bootstrap_mean_ci(values: Sequence[float], confidence: float = 0.95,
+                      resamples: int = 10000, seed: int = 0) -> Tuple[float, float, float]:
+    """
+    Return mean(values) and its percentile bootstrap confidence interval.
+
+    values are independent measurements (a cell's session medians); with one value the
+    interval is the point itself.
+    """
+    values = np.asarray(values, dtype=float)
+    if values.ndim != 1 or values.size == 0:
+        raise ValueError(f'need a non-empty sample; got {values.size} values')
+    picks = np.random.default_rng(seed).integers(0, values.size, size=(resamples, values.size))
+    means = values[picks].mean(axis=1)
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    low, high = np.percentile(means, [tail, 100.0 - tail])
+    return float(values.mean()), float(low), float(high)

@@ -3,15 +3,18 @@ physinf-report: results files from one or many targets -> report.md and PNG plot
 
 Plots: R_floor by context per target; ms per step per target at one context (the ladder, with
 t_floor marked); A/B speedup with its 95% CI; cost per million tokens (targets with a price).
+Given stack-matrix files (modes with a stack, physinf-attention files), it adds the paper's two
+software-stack tables with the paper's figures beside ours (matrix.py) and a plot by stack.
 """
 
 import argparse
 from collections import defaultdict
+import json
 from pathlib import Path
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from . import results
+from . import matrix, results
 
 PLOTS = {
     'r_floor': 'r_floor_by_context.png',
@@ -259,10 +262,39 @@ def _cells_table(cells: Sequence[dict]) -> List[str]:
     return lines
 
 
+def _read(files: Sequence[Path]) -> Tuple[List[Path], List[dict], List[dict]]:
+    # physinf-bench files and physinf-attention files, told apart by their schema.
+    bench_files, docs, attention = [], [], []
+    for file in files:
+        if json.loads(Path(file).read_text()).get('schema') == matrix.ATTENTION_SCHEMA:
+            attention.append(json.loads(Path(file).read_text()))
+        else:
+            bench_files.append(file)
+            docs.append(results.read(file))
+    return bench_files, docs, attention
+
+
+def _matrix_lines(docs: Sequence[dict], cells: Sequence[dict], attention: Sequence[dict],
+                  out_dir: Path) -> List[str]:
+    unavailable = [u for d in docs for u in d.get('unavailable', [])]
+    stacked = [c for c in cells if ':' in c['mode'] or c['model'].endswith(':gptq')]
+    lines = []
+    if stacked or unavailable:
+        ctx = reference_ctx(stacked or cells)
+        lines += ['## Software stacks: whole decode steps', ''] + matrix.stack_table(
+            cells, unavailable, ctx) + ['']
+        plot = matrix.plot_stacks(cells, ctx, out_dir / matrix.PLOT)
+        if plot is not None:
+            lines += [f'![ms per step by stack]({matrix.PLOT})', '']
+    if attention:
+        lines += ['## Software stacks: attention per layer', ''] + matrix.attention_table(
+            attention) + ['']
+    return lines
+
+
 def render(files: Sequence[Path], out_dir: Path) -> Path:
     """Read results files and write report.md plus the PNG plots into out_dir."""
-    files = [Path(f) for f in files]
-    docs = [results.read(f) for f in files]
+    files, docs, attention = _read([Path(f) for f in files])
     cells = rows(docs)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -278,7 +310,8 @@ def render(files: Sequence[Path], out_dir: Path) -> Path:
              'with t_floor = (W + K) / B_peak. Targets marked "B measured" had no datasheet '
              'entry: their B_peak is a measured device-copy bandwidth.', '',
              '## Sources', ''] + _sources_table(docs, files) + [
-             '', '## Cells', ''] + _cells_table(cells) + ['', '## Plots', '']
+             '', '## Cells', ''] + _cells_table(cells) + [''] + _matrix_lines(
+                 docs, cells, attention, out_dir) + ['## Plots', '']
     captions = {'r_floor': 'R_floor by context', 'ladder': 'ms per step by target (ladder)',
                 'speedup': 'speedup with 95% CI', 'cost': 'cost per million tokens'}
     for key, path in drawn.items():

@@ -18,7 +18,7 @@ import torch
 
 from .base import Decoder, DecoderInfo, EngineError
 from .models import ModelSource
-from .stacks import missing, Quantization, STACK_HELP, STACKS
+from .stacks import Attention, missing, Quantization, STACK_HELP, STACKS
 
 if TYPE_CHECKING:   # kernels imports triton: only where our kernels run
     from .kernels import KernelConfig
@@ -200,7 +200,8 @@ def weights_key(name: str) -> Tuple[str, Optional[str]]:
     (eager and graphed; hf, hf-graphed and their attention stacks) without loading again.
     """
     stack = stack_of(name)
-    return record(name).family.name, stack.name if isinstance(stack, Quantization) else None
+    weights = None if stack is None or isinstance(stack, Attention) else stack.name
+    return record(name).family.name, weights
 
 
 def graph_of(name: str) -> Optional[str]:

@@ -135,16 +135,40 @@ QUANTIZATIONS = (
     # int8 codes with one bf16 scale per output row.
     Quantization('torchao-int8', 'torchao', 'pip install torchao',
                  'torchao int8 weight-only, per-row scales', WeightFormat(8, 0, 0.0, 2.0),
-                 _torchao('Int8WeightOnlyConfig'), compile=True),
+                 _torchao('Int8WeightOnlyConfig'), compiled_step=True),
 )
 
-STACKS = {s.name: s for s in ATTENTIONS + QUANTIZATIONS}
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """A stack of the paper's matrix that no maintained package brings to this torch."""
+
+    name: str
+    summary: str
+    reason: str
+    needs_cuda: bool = True
+    package: Optional[str] = None
+
+
+UNSUPPORTED = (
+    Unsupported('awq-marlin', 'AutoAWQ 4-bit weights on Marlin kernels',
+                'stack awq-marlin does not install with torch 2.11: AutoAWQ is deprecated by '
+                'its authors (last tested with torch 2.6 and transformers 4.51) and its '
+                'kernels (autoawq-kernels 0.0.9) are built against torch 2.5.1, while '
+                "GPTQModel, Marlin's maintained home, has no wheel on PyPI; measure it where "
+                'one of them installs'),
+)
+
+STACKS = {s.name: s for s in ATTENTIONS + QUANTIZATIONS + UNSUPPORTED}
 STACK_HELP = ('attention: ' + ', '.join(a.name for a in ATTENTIONS) + '; quantisation: '
-              + ', '.join(q.name for q in QUANTIZATIONS))
+              + ', '.join(q.name for q in QUANTIZATIONS + UNSUPPORTED))
 
 
 def missing(stack, device: torch.device) -> Optional[str]:
-    """Why stack cannot run here (its package is not installed, no CUDA), or None."""
+    """Why stack cannot run here (not supported, its package not installed, no CUDA), or None."""
+    if isinstance(stack, Unsupported):
+        return stack.reason
     if stack.needs_cuda and device.type != 'cuda':
         return f'stack {stack.name} needs a CUDA GPU (device is {device.type})'
     if stack.package and find_spec(stack.package) is None:
