@@ -27,6 +27,14 @@
 #              is not built) with real rclpy on CUDA (auto: graphed), the embedded model, the ROS venv
 #   nodebench  benchmarks/node_overhead.py: decoder_node's token interval as a subscriber in
 #              another process sees it, against physinf-generate's step, 8B and 135M shapes
+#   protocol   physinf-bench on the synthetic Llama-3.1-8B: hf, hf-graphed, eager, graphed at ctx
+#              2048 and 16384, 5 fresh sessions (README's measured table)
+#   attention  physinf-attention: decode attention per layer, every backend here, ctx 2048-16384
+#   stacks     the stack matrix on the synthetic Llama-3.1-8B at ctx 2048, 3 sessions, a mode
+#              that cannot run recorded with its reason: hf-graphed with every attention stack
+#   quant      the same for hf and hf-graphed with each quantisation stack, one file each
+#   gptq       physinf-bench on its 4-bit copy: our graphed GPTQ and exllamav2 (needs exl2build
+#              to have finished), ctx 2048 and 16384, 3 sessions
 # Logs and results go to $OUT/work and come back as $OUT/results.tgz (the device tool returns
 # at most 8 files), with a short summary on stdout.
 set -uo pipefail
@@ -55,6 +63,10 @@ if [ ! -f $dest/SmolLM2-135M-Instruct.Q4_1.gguf ] && ls "$STASH"/smol.gguf.part*
   echo "$EMBEDDED_SHA256  $dest/SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c --quiet - \
     || rm -rf $dest
 fi
+# The stack matrix's packages (bitsandbytes with only its CUDA 13.0 library, torchao, exllamav2
+# and its imports), carried once as .carry/stacks.tgz, unpacked beside the other wheels.
+[ -f .carry/stacks.tgz ] && cp .carry/stacks.tgz "$STASH"/
+[ -f "$STASH/stacks.tgz" ] && [ ! -d /tmp/site/bitsandbytes ] && tar xzf "$STASH/stacks.tgz" -C /tmp/site
 # rclpy for the node stages: wheels carried once, stashed for later calls on this machine.
 ROSVENV=/tmp/rosvenv
 [ -d .gpu-ros-wheels ] && mkdir -p "$STASH/gpu-ros-wheels" && cp .gpu-ros-wheels/*.whl "$STASH/gpu-ros-wheels/"
@@ -156,6 +168,31 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
     nodebench)
       TAIL=8 run node_overhead "${BENCH_LIMIT:-560}" $ROSVENV/bin/python benchmarks/node_overhead.py \
         --out "$WORK/node_overhead.json" --work "$STASH/node_overhead";;
+    protocol)
+      TAIL=10 run protocol "${BENCH_LIMIT:-240}" python3 -m physinf_ros.bench.cli \
+        --model synthetic:llama-3.1-8b --modes hf,hf-graphed,eager,graphed \
+        --contexts 2048,16384 --sessions 5 --out "$WORK/protocol_llama-3.1-8b.json";;
+    attention)
+      TAIL=20 run attention 150 python3 -m physinf_ros.bench.attention \
+        --out "$WORK/attention.json";;
+    stacks)
+      attention_modes=$(python3 -c 'from physinf_ros.engine.stacks import ATTENTIONS
+print(",".join(["hf-graphed"] + ["hf-graphed:" + a.name for a in ATTENTIONS[1:]]))')
+      TAIL=14 run stacks_attention 200 python3 -m physinf_ros.bench.cli \
+        --model synthetic:llama-3.1-8b --modes "$attention_modes" --contexts 2048 \
+        --sessions 3 --record-unavailable --out "$WORK/stacks_attention.json";;
+    quant)
+      for stack in ${QUANT_STACKS:-$(python3 -c 'from physinf_ros.engine import stacks
+print(" ".join(s.name for s in stacks.QUANTIZATIONS + stacks.UNSUPPORTED))')}; do
+        TAIL=8 run stacks_$stack "${STACK_LIMIT:-170}" python3 -m physinf_ros.bench.cli \
+          --model synthetic:llama-3.1-8b --modes "hf:$stack,hf-graphed:$stack" --contexts 2048 \
+          --sessions 3 --record-unavailable --out "$WORK/stacks_$stack.json"
+      done;;
+    gptq)
+      cat "$STASH/exl2build.log" 2>/dev/null | tail -n 2
+      TAIL=10 run gptq "${BENCH_LIMIT:-240}" python3 -m physinf_ros.bench.cli \
+        --model synthetic:llama-3.1-8b:gptq --modes graphed,exllamav2 --contexts 2048,16384 \
+        --sessions 3 --record-unavailable --out "$WORK/stacks_gptq.json";;
     *) echo "unknown stage $stage";;
   esac
 done

@@ -110,7 +110,7 @@ def check_value(param: Param, value: Any) -> Optional[str]:
         return f'{name} must be within [{param.low}, {param.high}]; got {value!r}'
     if name == 'device' and not _DEVICE.match(value.strip().lower()):
         return f'device must be auto, cpu, cuda or cuda:N; got {value!r}'
-    if name == 'backend':
+    if name == 'backend' and value != param.default:   # the benchmark's default '' is none
         return check_backend(value)
     if name == 'model' and not value.strip():
         return 'model must not be empty (use "embedded" for the built-in model)'

@@ -89,7 +89,7 @@ def test_report_of_a_real_run(bench, tmp_path):
 @pytest.mark.parametrize('args, message', [
     (['--backend', 'eager', '--modes', 'hf'], 'not both'),
     (['--contexts', '32,abc'], 'integers'),
-    (['--modes', 'eager,warp'], "unknown mode 'warp'"),
+    (['--modes', 'eager,warp'], "mode 'warp' refused: unknown backend"),
     (['--target', 'nope', '--device', 'cpu'], 'unknown target'),
 ])
 def test_bad_arguments_are_clear_errors(args, message, capsys):

@@ -158,4 +158,4 @@ def test_exit_when_done_exits_with_the_outcome(tmp_path):
                                        '-p', 'exit_when_done:=true'],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
-    assert "unknown mode 'warp'" in result.stderr
+    assert "mode 'warp' refused: unknown backend 'warp'" in result.stderr

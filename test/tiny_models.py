@@ -6,13 +6,13 @@ import torch
 ARCHS = ('llama-3.1-8b', 'mistral-7b-v0.3', 'qwen2.5-7b')
 
 
-def tiny_config(arch, tie=False):
-    """Shrink every size of the published config; keep rope scaling, biases and GQA."""
+def tiny_config(arch, tie=False, sizes=None):
+    """Shrink every size of the published config (sizes: others); keep rope, biases and GQA."""
     config = synthetic_config(arch)
     config.update(vocab_size=512, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                   tie_word_embeddings=tie, initializer_range=0.5, bos_token_id=1,
-                  eos_token_id=2, max_position_embeddings=4096)
+                  eos_token_id=2, max_position_embeddings=4096, **(sizes or {}))
     if 'rope_scaling' in config:
         # Keep llama3 scaling meaningful at this size: a short original context.
         config['rope_scaling'] = dict(config['rope_scaling'],
@@ -20,10 +20,10 @@ def tiny_config(arch, tie=False):
     return config
 
 
-def save_tiny(arch, folder, tie=False, seed=0):
+def save_tiny(arch, folder, tie=False, seed=0, sizes=None):
     """Write a random float32 checkpoint (config.json + safetensors) into folder."""
     from transformers import AutoConfig, AutoModelForCausalLM
-    config = tiny_config(arch, tie)
+    config = tiny_config(arch, tie, sizes)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(
         AutoConfig.for_model(config.pop('model_type'), **config), dtype=torch.float32)

@@ -65,7 +65,7 @@ class Plan:
             reason = 'auto is not a mode: name the backend' if mode == 'auto' else \
                 check_backend(mode)
             if reason:
-                wrong.append(f'mode {mode!r}: {reason}')
+                wrong.append(f'mode {mode!r} refused: {reason}')
         if not self.modes or len(set(self.modes)) != len(self.modes):
             wrong.append(f'modes must be distinct and at least one; got {list(self.modes)}')
         if not self.contexts or min(self.contexts) < 1:

@@ -71,18 +71,19 @@ class Quantization:
 
 
 def _bnb_nf4(model, dtype: torch.dtype) -> None:
-    # What transformers' BitsAndBytesConfig(load_in_4bit, nf4) does, on weights already in
-    # memory: every linear but the head becomes a Linear4bit, quantised as it moves to the GPU.
+    # What transformers' BitsAndBytesConfig(load_in_4bit, nf4, no double quantisation) does, on
+    # weights already in GPU memory: every linear but the head becomes a Linear4bit, its
+    # weight quantised where it lies.
     import bitsandbytes as bnb
     for parent, name, linear in _decoder_linears(model):
-        quantized = bnb.nn.Linear4bit(linear.in_features, linear.out_features,
-                                      bias=linear.bias is not None, compute_dtype=dtype,
+        quantized = bnb.nn.Linear4bit(linear.in_features, linear.out_features, bias=False,
+                                      compute_dtype=dtype, compress_statistics=False,
                                       quant_type='nf4', device='meta')
-        quantized.weight = bnb.nn.Params4bit(linear.weight.data.cpu(), requires_grad=False,
-                                             quant_type='nf4')
-        if linear.bias is not None:
-            quantized.bias = torch.nn.Parameter(linear.bias.data, requires_grad=False)
-        setattr(parent, name, quantized.to(linear.weight.device))
+        quantized.weight = bnb.nn.Params4bit(
+            linear.weight.data, requires_grad=False, quant_type='nf4',
+            compress_statistics=False, module=quantized).to(linear.weight.device)
+        quantized.bias = linear.bias
+        setattr(parent, name, quantized)
 
 
 def _torchao(config_name: str, **kwargs) -> Callable:
@@ -94,10 +95,9 @@ def _torchao(config_name: str, **kwargs) -> Callable:
 
 
 def _decoder_linears(model):
-    for parent in model.model.modules():
-        for name, child in parent.named_children():
-            if isinstance(child, torch.nn.Linear):
-                yield parent, name, child
+    # Listed before any is replaced: a Linear4bit is a Linear too.
+    return [(parent, name, child) for parent in model.model.modules()
+            for name, child in parent.named_children() if isinstance(child, torch.nn.Linear)]
 
 
 ATTENTIONS = (

@@ -1,0 +1,81 @@
+"""
+The transformers backends' software stacks on a GPU (skipped where there is no GPU).
+
+Attention stacks change only how attention is computed: teacher-forced on the float32 greedy
+tokens, each must be no further from transformers' float32 forward than its default bf16 forward
+(SDPA, torch's own kernel choice) is, with the 1.5x margin test_gpu_engine.py uses. Quantisation
+stacks change the weights: their graphed step must give what their own op-by-op forward gives,
+and stay near the bf16 model by what 4 or 8 bits allow (bounds below).
+"""
+
+import statistics
+
+from physinf_ros.engine import load, Sampling, stacks
+import pytest
+from tiny_models import save_tiny
+import torch
+
+pytestmark = pytest.mark.gpu
+
+ATTENTION = [a.name for a in stacks.ATTENTIONS if a.package is None]
+
+
+def rel(a, b):
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def teacher_forced(spec, modes, steps=24, dtype='bfloat16'):
+    """Logits of each mode per step, fed the float32 hf forward's greedy tokens."""
+    reference = load(spec, 'hf', 'cuda', 'float32', 256)
+    prompt = list(range(3, 40))
+    tokens = [reference.decoder.prefill(prompt, Sampling())]
+    decoders = {}
+    for mode in modes:
+        decoders[mode] = load(spec, mode, 'cuda', dtype, 256).decoder
+        decoders[mode].prefill(prompt, Sampling())
+    logits = {mode: [] for mode in ('f32',) + tuple(modes)}
+    for _ in range(steps):
+        logits['f32'].append(reference.decoder.last_logits().float())
+        for mode, decoder in decoders.items():
+            logits[mode].append(decoder.last_logits().float())
+        forced = tokens[-1]
+        tokens.append(reference.decoder.step(forced))
+        for decoder in decoders.values():
+            decoder.step(forced)
+    return logits
+
+
+def median_error(logits, mode, against):
+    return statistics.median(rel(a, b) for a, b in zip(logits[mode], logits[against]))
+
+
+@pytest.mark.parametrize('stack', ATTENTION)
+def test_attention_stack_is_as_close_to_float32_as_the_default(tmp_path, stack):
+    spec = str(save_tiny('llama-3.1-8b', tmp_path))
+    logits = teacher_forced(spec, ('hf', f'hf-graphed:{stack}', f'hf:{stack}'))
+    default = median_error(logits, 'hf', 'f32')
+    for mode in (f'hf-graphed:{stack}', f'hf:{stack}'):
+        error = median_error(logits, mode, 'f32')
+        print(f'{mode}: median logit rel. error vs float32 {error:.5f} (hf sdpa {default:.5f})')
+        assert error <= 1.5 * default + 1e-3
+
+
+# Relative logit error against the bf16 model: round-to-nearest codes err by about step/sqrt(12)
+# per weight, 10% of a Gaussian weight's spread at 4 bits, under 1% at 8; 3x that as margin.
+QUANT_BOUND = {'bnb-nf4': 0.3, 'torchao-int4': 0.3, 'torchao-int8': 0.03}
+
+
+@pytest.mark.parametrize('stack', sorted(QUANT_BOUND))
+def test_quantisation_stack_graphed_equals_its_own_forward(tmp_path, stack):
+    if stacks.missing(stacks.STACKS[stack], torch.device('cuda')):
+        pytest.skip(stacks.missing(stacks.STACKS[stack], torch.device('cuda')))
+    # Group-128 formats need inputs in whole groups: a small model with 256-wide layers.
+    spec = str(save_tiny('llama-3.1-8b', tmp_path, sizes=dict(
+        hidden_size=256, intermediate_size=512, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=64)))
+    logits = teacher_forced(spec, ('hf', f'hf:{stack}', f'hf-graphed:{stack}'))
+    graph_vs_eager = median_error(logits, f'hf-graphed:{stack}', f'hf:{stack}')
+    vs_bf16 = median_error(logits, f'hf:{stack}', 'hf')
+    print(f'{stack}: graphed vs its forward {graph_vs_eager:.5f}, vs bf16 {vs_bf16:.5f}')
+    assert graph_vs_eager < 0.02
+    assert vs_bf16 < QUANT_BOUND[stack]
