@@ -154,8 +154,10 @@ def test_bad_parameters_are_reported_not_crashed_on(finished_run, tmp_path):
 def test_exit_when_done_exits_with_the_outcome(tmp_path):
     command = installed_command('benchmark_node', 'physinf_ros.nodes.benchmark_node')
     result = subprocess.run(command + ['--ros-args', '-r', f'__ns:={NAMESPACE}_exit',
-                                       '-p', 'modes:=eager,warp', '-p', 'device:=cpu',
+                                       '-p', 'modes:=eager,warp,hf:nf5', '-p', 'device:=cpu',
                                        '-p', 'exit_when_done:=true'],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
     assert "mode 'warp' refused: unknown backend 'warp'" in result.stderr
+    assert "mode 'hf:nf5' refused: unknown stack 'nf5'" in result.stderr   # with the list
+    assert 'bnb-nf4' in result.stderr
