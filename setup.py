@@ -28,6 +28,7 @@ setup(
             'physinf-generate = physinf_ros.cli:generate_main',
             'physinf-bench = physinf_ros.bench.cli:bench_main',
             'physinf-report = physinf_ros.bench.report:main',
+            'physinf-attention = physinf_ros.bench.attention:main',
             'benchmark_node = physinf_ros.nodes.entry:benchmark_node',
         ],
     },

@@ -73,3 +73,26 @@ def test_csv_sits_beside_the_json_with_one_row_per_cell(files):
     assert all(float(r['ci95_lo']) <= float(r['speedup']) <= float(r['ci95_hi'])
                for r in graphed)
     assert all(r['cost_per_mtok'] and r['price_per_hour'] == '3.5' for r in rows)
+
+
+def test_stack_tables_put_the_papers_figures_beside_ours(tmp_path):
+    # A stack-matrix file (an NF4 mode and one recorded unavailable) and an attention file.
+    path = write_fixture(tmp_path, 'h200', {'eager': 14.0, 'hf-graphed:bnb-nf4': 9.0})
+    doc = json.loads(path.read_text())
+    doc['unavailable'] = [{'mode': 'hf:awq-marlin', 'reason': 'does not install here'}]
+    path.write_text(json.dumps(doc))
+    attention = tmp_path / 'attention.json'
+    attention.write_text(json.dumps({
+        'schema': 'physinf_ros.attention', 'schema_version': 1,
+        'cells': [{'backend': 'sdpa', 'ctx': 2048, 'us_per_layer_p50': 12.5,
+                   'us_per_layer_p10': 12.0, 'us_per_layer_p90': 13.0}],
+        'unavailable': [{'backend': 'flashinfer', 'reason': 'flashinfer is not installed'}]}))
+    text = report.render([path, attention], tmp_path / 'out').read_text()
+    stacks = text[text.index('## Software stacks: whole'):text.index('## Software stacks: att')]
+    assert '| hf-graphed:bnb-nf4 | bnb-nf4 | sdpa |' in stacks
+    assert '| 59.36 |' in stacks and '| 45.24 |' in stacks   # the paper's L4 NF4 and AWQ rows
+    assert 'not measured: does not install here' in stacks
+    table = text[text.index('## Software stacks: att'):]
+    assert '| sdpa | 12.50 [12.00, 13.00] | 36.05 |' in table   # ours, then the paper's H100
+    assert '| flashinfer | not measured: flashinfer is not installed | 48.2 |' in table
+    assert (tmp_path / 'out' / 'stacks_ms_per_step.png').read_bytes().startswith(PNG_MAGIC)

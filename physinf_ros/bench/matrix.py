@@ -97,20 +97,27 @@ def attention_table(docs: Sequence[dict]) -> List[str]:
              '| backend | ' + ' | '.join(f'ctx {ctx}' for ctx in contexts)
              + f' | paper {paper["target"]} ctx {paper["ctx"]} |',
              '|---|' + '---|' * (len(contexts) + 1)]
-    backends = list(dict.fromkeys(c['backend'] for d in docs for c in d['cells']))
+    failed = {(u['backend'], u['ctx']): u['reason'] for d in docs
+              for u in d.get('unavailable', []) if 'ctx' in u}
+    backends = list(dict.fromkeys([c['backend'] for d in docs for c in d['cells']]
+                                  + [backend for backend, _ in failed]))
     for backend in backends:
         row = []
         for ctx in contexts:
             found = [c for d in docs for c in d['cells']
                      if c['backend'] == backend and c['ctx'] == ctx]
-            row.append('-' if not found else (
-                f'{found[0]["us_per_layer_p50"]:.2f} [{found[0]["us_per_layer_p10"]:.2f}, '
-                f'{found[0]["us_per_layer_p90"]:.2f}]'))
+            row.append(f'not measured: {failed[backend, ctx]}' if (backend, ctx) in failed
+                       else '-' if not found else (
+                           f'{found[0]["us_per_layer_p50"]:.2f} '
+                           f'[{found[0]["us_per_layer_p10"]:.2f}, '
+                           f'{found[0]["us_per_layer_p90"]:.2f}]'))
         theirs = paper['us_per_layer'].get(backend)
         lines.append(f'| {backend} | ' + ' | '.join(row)
                      + f' | {theirs if theirs is not None else "-"} |')
     for d in docs:
         for entry in d.get('unavailable', []):
+            if 'ctx' in entry:
+                continue
             theirs = paper['us_per_layer'].get(entry['backend'])
             lines.append(f'| {entry["backend"]} | not measured: {entry["reason"]} '
                          + '| ' * (len(contexts) - 1)
