@@ -45,7 +45,8 @@ def test_bench_config_names_every_parameter_with_its_default():
 def test_parameter_checks_name_the_problem():
     good = {p.name: p.default for p in BENCH_PARAMS}
     assert 'integers' in ' '.join(problems(dict(good, contexts='2048,lots')))
-    assert "mode 'warp' refused: unknown backend" in ' '.join(problems(dict(good, modes='eager,warp')))
+    refused = ' '.join(problems(dict(good, modes='eager,warp')))
+    assert "mode 'warp' refused: unknown backend" in refused
     assert 'target must be empty or one of' in ' '.join(problems(dict(good, target='tpu')))
     assert 'sessions must be within' in ' '.join(problems(dict(good, sessions=0)))
     assert plan(dict(good, backend='hf')).modes == ('hf',)

@@ -70,9 +70,9 @@ def test_quantisation_stack_graphed_equals_its_own_forward(tmp_path, stack):
     if stacks.missing(stacks.STACKS[stack], torch.device('cuda')):
         pytest.skip(stacks.missing(stacks.STACKS[stack], torch.device('cuda')))
     # Group-128 formats need inputs in whole groups: a small model with 256-wide layers.
-    spec = str(save_tiny('llama-3.1-8b', tmp_path, sizes=dict(
-        hidden_size=256, intermediate_size=512, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=64)))
+    spec = str(save_tiny('llama-3.1-8b', tmp_path, sizes={
+        'hidden_size': 256, 'intermediate_size': 512, 'num_attention_heads': 4,
+        'num_key_value_heads': 2, 'head_dim': 64}))
     logits = teacher_forced(spec, ('hf', f'hf:{stack}', f'hf-graphed:{stack}'))
     graph_vs_eager = median_error(logits, f'hf-graphed:{stack}', f'hf:{stack}')
     vs_bf16 = median_error(logits, f'hf:{stack}', 'hf')

@@ -139,7 +139,6 @@ QUANTIZATIONS = (
 )
 
 
-
 @dataclass(frozen=True)
 class Unsupported:
     """A stack of the paper's matrix that no maintained package brings to this torch."""
