@@ -77,7 +77,7 @@ run() {  # run NAME TIMEOUT CMD...: log to $WORK/NAME.log, never stop the other 
   local name=$1 limit=$2; shift 2
   echo "=== $name: $*"
   local start=$SECONDS
-  timeout "$limit" "$@" > "$WORK/$name.log" 2>&1
+  timeout -s INT -k 30 "$limit" "$@" > "$WORK/$name.log" 2>&1   # INT: a run writes what it has
   echo "=== $name: exit $? after $((SECONDS - start)) s"
   tail -n "${TAIL:-12}" "$WORK/$name.log"
 }
