@@ -135,7 +135,7 @@ QUANTIZATIONS = (
     # int8 codes with one bf16 scale per output row.
     Quantization('torchao-int8', 'torchao', 'pip install torchao',
                  'torchao int8 weight-only, per-row scales', WeightFormat(8, 0, 0.0, 2.0),
-                 _torchao('Int8WeightOnlyConfig'), compile=True),
+                 _torchao('Int8WeightOnlyConfig'), compiled_step=True),
 )
 
 STACKS = {s.name: s for s in ATTENTIONS + QUANTIZATIONS}
