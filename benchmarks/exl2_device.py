@@ -16,7 +16,7 @@ JSON and the next phase still runs. Phases:
   stock      the stock exllamav2 step on the synthetic 8B: the median of its first 30 steps
              (before its own graphs start at call 205), then per KV cache kind and context the
              median of 30 steps after 210 warm-up steps; R_floor against the GPU's B_peak
-             (config/targets.yaml, as everywhere: physinf_ros.roofline and .targets)
+             (config/targets.yaml, as everywhere: physinf_ros.measurement.roofline and .targets)
   profile    three warm steps under torch.profiler: host launches, graph launches, syncs,
              kernels, aten ops, GPU busy time per step
   gemv       the step's 224 quantised GEMVs and its fp16 head through exllamav2's
@@ -50,8 +50,9 @@ from physinf_ros.engine.agreement import decoder_agreement, TEXT, top1_agreement
 from physinf_ros.engine.exllama import KV_BYTES_PER_ELEMENT  # noqa: E402
 from physinf_ros.engine.llama import ModelConfig  # noqa: E402
 from physinf_ros.engine.models import read_config, synthetic_config  # noqa: E402
-from physinf_ros.roofline import Dense, kv_bytes, t_floor_s, weight_bytes_per_step  # noqa: E402
-from physinf_ros.targets import detect  # noqa: E402
+from physinf_ros.measurement.roofline import (  # noqa: E402
+    Dense, kv_bytes, t_floor_s, weight_bytes_per_step)
+from physinf_ros.measurement.targets import detect  # noqa: E402
 import torch  # noqa: E402
 
 ARCH = 'llama-3.1-8b'

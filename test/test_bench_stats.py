@@ -2,7 +2,7 @@
 
 import numpy as np
 from physinf_ros.bench.protocol import Cell, compare, Plan, prompt_ids, Session
-from physinf_ros.stats import bootstrap_ratio_ci
+from physinf_ros.measurement.stats import bootstrap_ratio_ci
 import pytest
 
 TRUE_RATIO = 1.26   # the paper's H100 graph speedup, as a known truth for synthetic samples

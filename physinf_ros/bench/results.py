@@ -23,8 +23,8 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from .protocol import Cell
-from ..roofline import cost_per_mtok, Floor, tokens_per_s
-from ..targets import device_name, Target
+from ..measurement.roofline import cost_per_mtok, Floor, tokens_per_s
+from ..measurement.targets import device_name, Target
 
 SCHEMA = 'physinf_ros.bench'
 SCHEMA_VERSION = 1

@@ -41,10 +41,10 @@ from .common import (close, create_lifecycle_services, descriptor, DIAGNOSTICS_Q
 from .instance_claim import claim_name, NameTaken, NameWatch
 from ..config import AUTOSTART, check, check_value, DECODER_PARAMS, PARAMS_BY_NAME
 from ..engine import EngineError, load, Sampling
+from ..measurement.roofline import LiveFloor
+from ..measurement.stats import LatencyWindow, TokenIntervals
 from ..prompts import admit, too_long, truncation_limit
-from ..roofline import LiveFloor
 from ..serving import Ledger, Request, RequestQueue
-from ..stats import LatencyWindow, TokenIntervals
 
 try:
     from physinf_ros_interfaces.action import Generate
