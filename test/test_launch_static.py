@@ -10,8 +10,8 @@ import ast
 from pathlib import Path
 
 from launch_stub import describe, parts
-from physinf_ros.config import AUTOSTART, check, DECODER_PARAMS, PARAMS_BY_NAME
 from physinf_ros.engine import BACKENDS
+from physinf_ros.serving.params import AUTOSTART, check, DECODER_PARAMS, PARAMS_BY_NAME
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
