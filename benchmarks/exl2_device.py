@@ -22,7 +22,7 @@ JSON and the next phase still runs. Phases:
   gemv       the step's 224 quantised GEMVs and its fp16 head through exllamav2's
              gemm_half_q_half, launched from Python and replayed from one CUDA graph
   bf16       (--bf16) our graphed bf16 step on synthetic:llama-3.1-8b at the same contexts
-  pytest     (--pytest) the GPU tests, test/test_exllamav2.py
+  pytest     (--pytest) the GPU tests, test/engine/test_exllamav2.py
   plot       ms/step and R_floor against context, next to the JSON (needs matplotlib)
 A step is timed as the decoder times it: forward plus argmax, read back to the host. Contexts
 are reached by setting the cache length (the work of a step does not depend on the cached
@@ -319,7 +319,7 @@ def bf16(run: Run, contexts) -> dict:
 def tests(run: Run, out: Path) -> dict:
     junit = out.with_suffix('.junit.xml')
     result = subprocess.run(
-        [sys.executable, '-m', 'pytest', '-q', '-s', '-rA', 'test/test_exllamav2.py',
+        [sys.executable, '-m', 'pytest', '-q', '-s', '-rA', 'test/engine/test_exllamav2.py',
          f'--junitxml={junit}'], cwd=REPO, capture_output=True, text=True, timeout=1800)
     tail = (result.stdout + result.stderr).splitlines()[-60:]
     if result.returncode != 0:
