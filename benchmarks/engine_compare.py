@@ -25,8 +25,8 @@ from physinf_ros.bench.protocol import Plan, run_session, vocab_size
 from physinf_ros.engine import backends, load, Sampling
 from physinf_ros.engine.kernels import KernelConfig
 from physinf_ros.engine.models import resolve
-from physinf_ros.roofline import decoder_floor
-from physinf_ros.targets import detect
+from physinf_ros.measurement.roofline import decoder_floor
+from physinf_ros.measurement.targets import detect
 import torch
 import transformers
 import triton

@@ -16,13 +16,13 @@ JSON and the next phase still runs. Phases:
   stock      the stock exllamav2 step on the synthetic 8B: the median of its first 30 steps
              (before its own graphs start at call 205), then per KV cache kind and context the
              median of 30 steps after 210 warm-up steps; R_floor against the GPU's B_peak
-             (config/targets.yaml, as everywhere: physinf_ros.roofline and .targets)
+             (config/targets.yaml, as everywhere: physinf_ros.measurement.roofline and .targets)
   profile    three warm steps under torch.profiler: host launches, graph launches, syncs,
              kernels, aten ops, GPU busy time per step
   gemv       the step's 224 quantised GEMVs and its fp16 head through exllamav2's
              gemm_half_q_half, launched from Python and replayed from one CUDA graph
   bf16       (--bf16) our graphed bf16 step on synthetic:llama-3.1-8b at the same contexts
-  pytest     (--pytest) the GPU tests, test/test_exllamav2.py
+  pytest     (--pytest) the GPU tests, test/engine/test_exllamav2.py
   plot       ms/step and R_floor against context, next to the JSON (needs matplotlib)
 A step is timed as the decoder times it: forward plus argmax, read back to the host. Contexts
 are reached by setting the cache length (the work of a step does not depend on the cached
@@ -50,8 +50,9 @@ from physinf_ros.engine.agreement import decoder_agreement, TEXT, top1_agreement
 from physinf_ros.engine.exllama import KV_BYTES_PER_ELEMENT  # noqa: E402
 from physinf_ros.engine.llama import ModelConfig  # noqa: E402
 from physinf_ros.engine.models import read_config, synthetic_config  # noqa: E402
-from physinf_ros.roofline import Dense, kv_bytes, t_floor_s, weight_bytes_per_step  # noqa: E402
-from physinf_ros.targets import detect  # noqa: E402
+from physinf_ros.measurement.roofline import (  # noqa: E402
+    Dense, kv_bytes, t_floor_s, weight_bytes_per_step)
+from physinf_ros.measurement.targets import detect  # noqa: E402
 import torch  # noqa: E402
 
 ARCH = 'llama-3.1-8b'
@@ -318,7 +319,7 @@ def bf16(run: Run, contexts) -> dict:
 def tests(run: Run, out: Path) -> dict:
     junit = out.with_suffix('.junit.xml')
     result = subprocess.run(
-        [sys.executable, '-m', 'pytest', '-q', '-s', '-rA', 'test/test_exllamav2.py',
+        [sys.executable, '-m', 'pytest', '-q', '-s', '-rA', 'test/engine/test_exllamav2.py',
          f'--junitxml={junit}'], cwd=REPO, capture_output=True, text=True, timeout=1800)
     tail = (result.stdout + result.stderr).splitlines()[-60:]
     if result.returncode != 0:

@@ -21,7 +21,7 @@ from physinf_ros.engine.gptq import PackedLinear
 from physinf_ros.engine.kernels import AttentionConfig, GemvConfig, KernelConfig, KernelOps
 from physinf_ros.engine.llama import ModelConfig, rope_tables
 from physinf_ros.engine.models import resolve
-from physinf_ros.targets import measure_copy_bandwidth
+from physinf_ros.measurement.targets import measure_copy_bandwidth
 import torch
 import triton
 

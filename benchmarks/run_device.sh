@@ -2,7 +2,9 @@
 # Everything a GPU session runs, in few calls: benchmarks/run_device.sh STAGE...
 #   env        GPU, driver and package facts
 #   carry      stash carried files (split model parts) on the machine for the next call
-#   tests      the GPU-marked tests and the kernel tests, natively on the GPU
+#   tests      the GPU-marked tests and the kernel tests, natively on the GPU; EXTRA_TESTS adds
+#              test files (EXTRA_TESTS="test/engine/test_q4.py test/engine/test_faults.py"),
+#              PYTEST_K selects by name
 #   sweep      kernel launch-shape sweep on the 8B shapes (benchmarks/kernel_sweep.py)
 #   compare    issue 3's comparison: hf, hf-graphed, eager, graphed at 2048/8192/16384
 #   profile    per-kernel time of one graphed step (benchmarks/profile_step.py)
@@ -92,7 +94,7 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton._
     carry) ls -la "$STASH";;
     tests)
       TAIL=40 run tests "${TESTS_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider -rs -s \
-        ${PYTEST_K:+-k "$PYTEST_K"} test/test_kernels.py test/test_gpu_engine.py \
+        ${PYTEST_K:+-k "$PYTEST_K"} test/engine/test_kernels.py test/engine/test_gpu_engine.py \
         ${EXTRA_TESTS:-};;
     sweep)
       run sweep 240 python3 benchmarks/kernel_sweep.py --out "$WORK/kernel_sweep.json";;
@@ -162,9 +164,10 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
     nodetests)
       PHYSINF_TEST_DEVICE=cuda TAIL=40 run node_tests "${TESTS_LIMIT:-500}" \
         $ROSVENV/bin/python -m pytest -q -p no:cacheprovider -rs ${PYTEST_K:+-k "$PYTEST_K"} \
-        test/test_decoder_node.py test/test_lifecycle.py test/test_benchmark_node.py \
-        test/test_node_reliability.py test/test_service_bursts.py \
-        test/test_one_decoder_per_name.py test/test_generate_action.py;;
+        test/nodes/test_decoder_node.py test/nodes/test_lifecycle.py \
+        test/nodes/test_benchmark_node.py test/nodes/test_node_reliability.py \
+        test/nodes/test_service_bursts.py test/nodes/test_one_decoder_per_name.py \
+        test/nodes/test_generate_action.py;;
     nodebench)
       TAIL=8 run node_overhead "${BENCH_LIMIT:-560}" $ROSVENV/bin/python benchmarks/node_overhead.py \
         --out "$WORK/node_overhead.json" --work "$STASH/node_overhead";;

@@ -7,8 +7,8 @@ from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
-from physinf_ros.config import AUTOSTART, PARAMS_BY_NAME
 from physinf_ros.launch_args import declare, overrides
+from physinf_ros.serving.params import AUTOSTART, PARAMS_BY_NAME
 
 # The parameters a launch line may set; the rest come from params_file.
 ARGUMENTS = (PARAMS_BY_NAME['model'], PARAMS_BY_NAME['backend'], AUTOSTART)

@@ -1,7 +1,7 @@
 """
 What the two launch files share: launch arguments made from the nodes' parameter tables.
 
-Each argument takes its parameter's name, default and description (config.py and
+Each argument takes its parameter's name, default and description (serving/params.py and
 bench/params.py are the one source), and reaches the node typed as the parameter is, so
 `model:=123` or `model:=off` stays the string it was meant to be instead of a YAML integer or
 boolean that the node refuses. Imported by launch/*.launch.py only: it needs launch and

@@ -2,9 +2,9 @@
 
 from pathlib import Path
 
+from installed import console_scripts
 from launch_stub import describe, parts
 from physinf_ros.bench.params import BENCH_PARAMS, check, PARAMS_BY_NAME, plan, problems
-from test_launch_static import _console_scripts
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -14,7 +14,7 @@ LAUNCH = ROOT / 'launch' / 'bench.launch.py'
 def test_bench_launch_starts_benchmark_node_with_typed_overrides():
     arguments, node = parts(describe('bench.launch.py'))
     assert node.kwargs['executable'] == 'benchmark_node' and node.kwargs['name'] == 'benchmark'
-    assert {'benchmark_node', 'physinf-bench', 'physinf-report'} <= _console_scripts()
+    assert {'benchmark_node', 'physinf-bench', 'physinf-report'} <= console_scripts()
     params_file, overrides = node.kwargs['parameters']
     assert set(overrides) == {'model', 'modes', 'contexts', 'sessions', 'steps', 'warmup',
                               'exit_when_done'}

@@ -3,42 +3,29 @@ Checks of decode.launch.py and the default config, where `launch` cannot run.
 
 launch and launch_ros are not on PyPI; test_decode_launch.py runs the real launch test wherever
 they are installed. These checks run everywhere: the launch file builds its description with
-recorders in place of launch's classes (launch_stub.py).
+recorders in place of launch's classes (support/launch_stub.py).
 """
 
-import ast
 from pathlib import Path
 
+from installed import console_scripts
 from launch_stub import describe, parts
-from physinf_ros.config import AUTOSTART, check, DECODER_PARAMS, PARAMS_BY_NAME
 from physinf_ros.engine import BACKENDS
+from physinf_ros.serving.params import AUTOSTART, check, DECODER_PARAMS, PARAMS_BY_NAME
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH = ROOT / 'launch' / 'decode.launch.py'
 
 
-def _calls(tree, name):
-    return [node for node in ast.walk(tree) if isinstance(node, ast.Call)
-            and getattr(node.func, 'id', getattr(node.func, 'attr', None)) == name]
-
-
 def _kwarg(call, name):
     return next((kw.value for kw in call.keywords if kw.arg == name), None)
-
-
-def _console_scripts():
-    tree = ast.parse((ROOT / 'setup.py').read_text())
-    scripts = next(kw.value for call in _calls(tree, 'setup') for kw in call.keywords
-                   if kw.arg == 'entry_points')
-    entries = ast.literal_eval(scripts)['console_scripts']
-    return {entry.split('=')[0].strip() for entry in entries}
 
 
 def test_launch_file_starts_the_decoder_with_typed_overrides():
     arguments, node = parts(describe('decode.launch.py'))
     assert node.kwargs['package'] == 'physinf_ros' and node.kwargs['name'] == 'decoder'
-    assert node.kwargs['executable'] in _console_scripts()
+    assert node.kwargs['executable'] in console_scripts()
     params_file, overrides = node.kwargs['parameters']
     assert params_file.args == ('params_file',)
     assert set(overrides) == {'model', 'backend', 'autostart'}

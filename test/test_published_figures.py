@@ -144,3 +144,185 @@ def test_readme_cpu_figures_are_cpu_embedded_json():
     assert published, 'the CPU sentence of README.md'
     assert_rounds_to(published.group(1), cells['hf']['step_ms_p50'], 'hf on the CPU')
     assert_rounds_to(published.group(2), cells['eager']['step_ms_p50'], 'eager on the CPU')
+
+
+RELIABILITY = ROOT / 'docs' / 'RELIABILITY.md'
+# A number as a figure shows it: not digits inside a word (p50, H200, UTF-8); a range such as
+# 0.22-0.74 shows two.
+FIGURE = re.compile(r'(?<![\w.-])[-+]?\d+(?:\.\d+)?|(?<=\d-)\d+(?:\.\d+)?')
+# Quoted text and code in a figure cell are checked as text, not as numbers.
+TEXT = re.compile(r'"([^"]*)"|`[^`]*`')
+
+
+def table_cells(line):
+    """Split a markdown table row at the pipes outside code spans."""
+    cells, cell, code = [], '', False
+    for char in line.strip()[1:-1]:
+        if char == '`':
+            code = not code
+        if char == '|' and not code:
+            cells.append(cell.strip())
+            cell = ''
+        else:
+            cell += char
+    return cells + [cell.strip()]
+
+
+def reliability_table():
+    """Return {issue item: (figure measured, stored in)} of RELIABILITY.md's summary table."""
+    lines = RELIABILITY.read_text().splitlines()
+    header = lines.index('| issue item | what happens | figure measured | stored in | test |')
+    table = {}
+    for line in lines[header + 2:]:
+        if not line.startswith('|'):
+            break
+        label, _, figure, stored, _ = table_cells(line)
+        table[label] = figure, stored
+    return table
+
+
+def only(values):
+    """Return the one value that all of values share."""
+    values = set(values)
+    assert len(values) == 1, values
+    return values.pop()
+
+
+def oom_on_the_h200(log):
+    assert 'test_capture_out_of_memory_falls_back_to_eager_on_cuda' in log
+    assert '"backend": "eager", "note": "CUDA graph capture ran out of memory' in log
+    assert 'failed' not in log.splitlines()[-1]
+    return [int(re.match(r'# run (\d+)', log).group(1)),
+            int(re.search(r'^(\d+) passed', log, re.MULTILINE).group(1))]
+
+
+def bursts(r, key, when):
+    return [v[key] for k, v in r.items() if k.endswith(f' while {when}')]
+
+
+def tiny_temperatures(r):
+    record = r['tiny temperatures']
+    assert only(record['replies']) == record['greedy'], "both replies are greedy's"
+    return []
+
+
+def second_decoder(r):
+    record = r['one decoder per name: a second one starts']
+    assert record['caught'] == 'at start', 'the check at start caught it'
+    return [record['seconds_to_exit'], record['heard_first_after_s']]
+
+
+# The figures of each row of RELIABILITY.md's table, in the order the row shows them, from the
+# records its "stored in" cell names (r holds those records and no others; a log's whole text).
+# Quoted text in a figure cell must appear in those records.
+RELIABILITY_FIGURES = {
+    '1. empty / whitespace prompt': lambda r: [
+        r['bad input: empty']['reject_ms'], r['bad input: whitespace']['reject_ms']],
+    '1. prompt longer than `max_context`': lambda r: [
+        r['bad input: longer than max_context']['reject_ms']],
+    '1. same, `truncate_prompt: true`': lambda r: [
+        r['truncate_prompt']['limit'], r['truncate_prompt']['tokens']],
+    '1. 2 MB payload': lambda r: [r['bad input: 2 MB payload']['reject_ms']],
+    '1. control characters': lambda r: [r['bad input: control characters only']['reject_ms']],
+    '1. invalid text': lambda r: [r['bad input: invalid UTF-8 bytes']['reject_ms'],
+                                  r['bad input: U+FFFD in the text']['reject_ms']],
+    '1. reply that is end-of-sequence at once': lambda r: [
+        r['end of sequence at once']['ttft_ms']],
+    '2. 1000 prompts at once': lambda r: [r['flood'][k] for k in (
+        'prompts', 'accepted', 'max_queue_position', 'rejected', 'finished', 'errors',
+        'settled_s', 'rss_mib_before', 'rss_mib_after', 'rss_change_pct', 'threads_before',
+        'threads_after')],
+    '3. cancel mid-stream': lambda r: [
+        only(run['steps_after_cancel'] for run in r['cancel mid-stream']['runs']),
+        len(r['cancel mid-stream']['runs']),
+        min(run['cancel_ms'] for run in r['cancel mid-stream']['runs']),
+        max(run['cancel_ms'] for run in r['cancel mid-stream']['runs']),
+        r['soak']['start']['step_ms_p50']],
+    '3. cancel while queued': lambda r: [],
+    '12.1 an action client that vanishes mid-stream': lambda r: [
+        r['action client vanished (SIGINT)']['seconds_to_cancel'],
+        r['action client vanished (SIGINT)']['tokens'],
+        r['action client vanished (SIGKILL)']['seconds_to_cancel']],
+    '12.2 tiny temperatures': tiny_temperatures,
+    '12.5 a 1 MB `system_prompt`': lambda r: [],
+    '12.3 bursts of service calls': lambda r: [
+        only(v['answered'] for v in r.values()), only(v['calls'] for v in r.values()),
+        min(bursts(r, 'seconds', 'idle')), max(bursts(r, 'seconds', 'idle')),
+        min(bursts(r, 'seconds', 'decoding')), max(bursts(r, 'seconds', 'decoding')),
+        only(v['bound_s'] for v in r.values())],
+    '12.4 a second decoder of the same name': second_decoder,
+    '12.4 two decoders of one name started at once': lambda r: [
+        r['one decoder per name: two at once']['loser_heard_winner_after_s'],
+        r['one decoder per name: two at once']['winner_wait_s']],
+    '4. valid parameter at run time': lambda r: [
+        r['parameters at run time']['running_request_tokens'],
+        r['parameters at run time']['next_request_tokens']],
+    '5. missing model path': lambda r: [r['startup fault: missing model file']['seconds']],
+    '5. corrupt config.json': lambda r: [r['startup fault: corrupt config.json']['seconds']],
+    '5. corrupt or missing params YAML': lambda r: [
+        r['startup fault: corrupt params YAML']['seconds'],
+        r['startup fault: missing params file']['seconds'],
+        r['startup fault: wrongly typed parameter in YAML']['seconds']],
+    '5. CUDA OOM at graph capture': oom_on_the_h200,
+    '5. subscriber killed mid-stream': lambda r: [r['subscriber killed mid-stream'][k] for k in (
+        'listener_tokens', 'tokens', 'tokens_per_s_before_kill', 'tokens_per_s_after_kill')],
+    '5. Ctrl-C mid-generation': lambda r: [r['ctrl-c mid-generation']['seconds']],
+    '6. soak, 200 back-to-back requests': lambda r: [
+        r['soak'][part][name] for name in ('ttft_ms_p50', 'ttft_ms_p99', 'step_ms_p50',
+                                           'step_ms_p99')
+        for part in ('start', 'end', 'drift_pct')] + [r['soak'][k] for k in (
+            'host_load_start', 'host_load_end', 'rss_mib_start', 'rss_mib_end', 'rss_bound_mib',
+            'threads_start', 'threads_end')],
+}
+
+
+def stored_records(stored):
+    """Return the file a "stored in" cell names and the records it names there (all, for a log)."""
+    path, *names = re.findall(r'`([^`]*)`', stored)
+    text = (ROOT / 'benchmarks' / 'results' / path).read_text()
+    if not path.endswith('.json'):
+        return path, text
+    figures = json.loads(text)['figures']
+    records = {}
+    for name in names:
+        found = {k: v for k, v in figures.items()
+                 if k == name or name.endswith('...') and k.startswith(name[:-3])}
+        assert found, f'{path} has no record {name!r}'
+        records.update(found)
+    return path, records
+
+
+def strings(value):
+    """Yield every string inside a record."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from strings(item)
+
+
+def test_every_reliability_figure_has_its_file_and_a_check():
+    table = reliability_table()
+    assert set(RELIABILITY_FIGURES) <= set(table), set(RELIABILITY_FIGURES) - set(table)
+    for label, (figure, stored) in table.items():
+        if figure:
+            assert label in RELIABILITY_FIGURES, f'{label}: a figure this test does not check'
+            assert stored.startswith('`'), f'{label}: no results file named beside its figure'
+
+
+@pytest.mark.parametrize('label', RELIABILITY_FIGURES)
+def test_reliability_table_figures_are_their_files(label):
+    figure, stored = reliability_table()[label]
+    path, records = stored_records(stored)
+    expected = RELIABILITY_FIGURES[label](records)
+    shown = FIGURE.findall(TEXT.sub(' ', figure))
+    assert len(shown) == len(expected), f'{label}: published {shown}, {path} has {expected}'
+    for text, value in zip(shown, expected):
+        assert_rounds_to(text, value, f'{label} ({path})')
+    texts = list(strings(records)) if isinstance(records, dict) else [records]
+    for quoted in re.findall(r'"([^"]*)"', figure):
+        for part in filter(None, (p.strip() for p in quoted.split('...'))):
+            assert any(part in text for text in texts), f'{label}: "{part}" is not in {path}'

@@ -12,8 +12,8 @@ from . import protocol, results
 from .protocol import Cell, Plan, Stopped
 from ..engine import Engine
 from ..engine.device import pick_device
-from ..roofline import decoder_floor, Floor
-from ..targets import detect, Target
+from ..measurement.roofline import decoder_floor, Floor
+from ..measurement.targets import detect, Target
 
 
 class BenchListener(protocol.Listener):

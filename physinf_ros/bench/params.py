@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from .protocol import DEFAULT_CONTEXTS, DEFAULT_MODES, parse_list, Plan
-from ..config import check_value, Param, PARAMS_BY_NAME as DECODER
 from ..engine import BACKENDS, EMBEDDED, MODEL_SPEC_HELP
 from ..engine.stacks import STACK_HELP
-from ..targets import load_targets
+from ..measurement.targets import load_targets
+from ..serving.params import check_value, Param, PARAMS_BY_NAME as DECODER
 
 MODES_HELP = ('Comma-separated modes to measure, the first the baseline of the A/B: backends ('
               + ', '.join(b for b in BACKENDS if b != 'auto') + '), hf and hf-graphed also as '

@@ -32,7 +32,7 @@ import numpy as np
 from ..engine import backends, check_backend, Engine, EngineError, load, Sampling
 from ..engine.device import pick_device
 from ..engine.stacks import missing
-from ..stats import bootstrap_ratio_ci, percentile
+from ..measurement.stats import bootstrap_ratio_ci, percentile
 
 GREEDY = Sampling()
 DEFAULT_CONTEXTS = (2048, 4096, 8192, 16384)

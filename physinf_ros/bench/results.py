@@ -23,8 +23,8 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from .protocol import Cell
-from ..roofline import cost_per_mtok, Floor, tokens_per_s
-from ..targets import device_name, Target
+from ..measurement.roofline import cost_per_mtok, Floor, tokens_per_s
+from ..measurement.targets import device_name, Target
 
 SCHEMA = 'physinf_ros.bench'
 SCHEMA_VERSION = 1
@@ -128,7 +128,7 @@ def machine_facts(device: torch.device) -> Dict[str, object]:
 def document(protocol: Dict[str, object], target: Target, machine: Dict[str, object],
              model: Dict[str, object], records: List[Dict[str, object]],
              status: str, unavailable: List[Dict[str, str]] = ()) -> Dict[str, object]:
-    """Assemble the versioned results document (unavailable: modes that did not run, why)."""
+    """Assemble the versioned results document; unavailable: modes that did not run, and why."""
     return {'schema': SCHEMA, 'schema_version': SCHEMA_VERSION,
             'created_utc': datetime.now(timezone.utc).isoformat(timespec='seconds'),
             'status': status, 'machine': machine, 'target': target.facts(), 'model': model,

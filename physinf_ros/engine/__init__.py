@@ -1,144 +1,17 @@
-"""ROS-free decoding engine: model loading, backends, sampling and the generation loop."""
+"""
+ROS-free decoding engine: model loading, backends, sampling and the generation loop.
 
-from dataclasses import dataclass, replace
-import gc
-import time
-from typing import Callable, List, Optional, Sequence, Tuple, TYPE_CHECKING
+This module is the engine's face: load() and Engine (loading.py), the backend table
+(backends.py), Sampling and the errors (base.py), the model-spec grammar (models.py) and the
+generation loop (generate.py). The rest of the package imports these names from here.
+"""
 
-import torch
-
-from .backends import (BACKEND_HELP, BACKENDS, Build, check_name as check_backend, NATIVE,
-                       pick as pick_backend, record, stack_of, weights_key)
+from .backends import BACKEND_HELP, BACKENDS, check_name as check_backend, pick as pick_backend
 from .base import ContextFull, Decoder, DecoderInfo, EngineError, Sampling
-from .device import device_label, dtype_name, pick_device, pick_dtype
 from .generate import Generation
-from .models import EMBEDDED, MODEL_SPEC_HELP, ModelSource, resolve, stop_token_ids
-from .text import encode_prompt, encode_text, encode_truncated, load_tokenizer
-
-if TYPE_CHECKING:
-    from .kernels import KernelConfig
+from .loading import Engine, load
+from .models import EMBEDDED, MODEL_SPEC_HELP
 
 __all__ = ['BACKEND_HELP', 'BACKENDS', 'check_backend', 'ContextFull', 'Decoder', 'DecoderInfo',
            'EMBEDDED', 'Engine', 'EngineError', 'Generation', 'MODEL_SPEC_HELP', 'pick_backend',
            'Sampling', 'load']
-
-
-@dataclass
-class Engine:
-    """A loaded model: the decoder, its tokenizer and where it came from."""
-
-    decoder: Decoder
-    tokenizer: object
-    stop_ids: frozenset
-    source: ModelSource
-    load_s: float
-    kernel_config: Optional['KernelConfig'] = None   # our kernels' configuration, on CUDA
-
-    @property
-    def info(self) -> DecoderInfo:
-        return self.decoder.info
-
-    def encode(self, text: str, use_chat_template: bool = True,
-               system_prompt: str = '') -> List[int]:
-        self._need_tokenizer()
-        return encode_prompt(self.tokenizer, text, use_chat_template, system_prompt)
-
-    def encode_truncated(self, text: str, limit: int, use_chat_template: bool = True,
-                         system_prompt: str = '') -> Tuple[List[int], int]:
-        """Encode, dropping the start of text so the prompt takes at most limit tokens."""
-        self._need_tokenizer()
-        return encode_truncated(self.tokenizer, text, limit, use_chat_template, system_prompt)
-
-    def system_tokens(self, system_prompt: str) -> int:
-        """Tokens the system prompt's text takes in every prompt (0 when it is empty)."""
-        self._need_tokenizer()
-        return len(encode_text(self.tokenizer, system_prompt)) if system_prompt else 0
-
-    def _need_tokenizer(self) -> None:
-        if self.tokenizer is None:
-            raise EngineError(f'{self.source.name} has no tokenizer (synthetic weights): '
-                              'it serves token ids only, for benchmarks')
-
-    def renew(self, backend: Optional[str] = None,
-              log: Callable[[str], None] = lambda _: None,
-              max_context: Optional[int] = None) -> Decoder:
-        """
-        Swap in a fresh decoder (new cache, new graphs) on the same loaded weights.
-
-        A benchmark session starts this way. backend may move within a family (eager and
-        graphed, hf and hf-graphed) without loading the weights again; max_context resizes
-        the new KV cache (a static cache is then only as long as the cell needs).
-        """
-        old = self.decoder
-        name = pick_backend(backend or old.info.backend, old.device, self.source.quant_method,
-                            log)
-        if weights_key(name) != weights_key(old.info.backend):
-            raise EngineError(f'cannot renew a {old.info.backend} decoder as {name}: '
-                              f'load the model again with backend {name}')
-        info = replace(old.info, backend=name, max_context=max_context or old.info.max_context)
-        chosen = record(name)
-        shared = chosen.family.shared(old)
-        build = Build(info, old.device, self.source, log, self.kernel_config, stack_of(name))
-        # Let the old cache and graphs go before the new ones are made.
-        self.decoder = old = None
-        self.decoder = chosen.make(shared, build)
-        return self.decoder
-
-    def __post_init__(self):
-        self.device: torch.device = self.decoder.device   # kept after close()
-
-    def memory_allocated(self) -> Optional[int]:
-        """Bytes of CUDA memory torch holds allocated on this engine's GPU; None on a CPU."""
-        cuda = self.device.type == 'cuda'
-        return torch.cuda.memory_allocated(self.device) if cuda else None
-
-    def close(self) -> None:
-        """Let the decoder (weights, cache, graphs) go and hand its device memory back."""
-        self.decoder = None
-        gc.collect()
-        if self.device.type == 'cuda':
-            torch.cuda.empty_cache()
-
-    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int,
-                 sampling: Sampling = Sampling(),
-                 cancelled: Callable[[], bool] = lambda: False) -> Generation:
-        return Generation(self.decoder, self.tokenizer, self.stop_ids, prompt_ids,
-                          max_new_tokens, sampling, cancelled)
-
-
-def load(model: str = EMBEDDED, backend: str = 'auto', device: str = 'auto',
-         dtype: str = 'auto', max_context: int = 2048,
-         log: Callable[[str], None] = lambda _: None,
-         kernel_config: Optional['KernelConfig'] = None) -> Engine:
-    """
-    Resolve the model spec, load weights and tokenizer, and build the chosen backend.
-
-    kernel_config sets our kernels' launch shapes and switches (an A/B builds one per arm); by
-    default config/kernels.yaml's entry for this GPU.
-    """
-    start = time.perf_counter()
-    torch_device = pick_device(device)
-    torch_dtype = pick_dtype(dtype, torch_device)
-    if check_backend(backend):   # before resolving: a typo should not start a conversion
-        pick_backend(backend, torch_device)
-    source = resolve(model, log)
-    name = pick_backend(backend, torch_device, source.quant_method, log)
-    chosen = record(name)
-    notes = [f'asked for {backend}'] if backend not in ('auto', name) else []
-    fixed = chosen.family.dtype
-    if fixed is not None:
-        if dtype not in ('auto', dtype_name(fixed)):
-            notes.append(f'dtype {dtype} ignored: {name} computes in {dtype_name(fixed)}')
-        torch_dtype = fixed
-    if kernel_config is None and chosen.family is NATIVE and torch_device.type == 'cuda':
-        from .kernels import KernelConfig
-        kernel_config = KernelConfig.for_device(torch_device, log)
-    tokenizer = load_tokenizer(source, log)
-    info = DecoderInfo(backend=name, device=device_label(torch_device),
-                       dtype=dtype_name(torch_dtype), model=source.name,
-                       max_context=max_context, note='; '.join(notes))
-    stack = stack_of(name)
-    shared = chosen.load(source, torch_device, torch_dtype, max_context, log, stack)
-    decoder = chosen.make(shared, Build(info, torch_device, source, log, kernel_config, stack))
-    return Engine(decoder, tokenizer, stop_token_ids(source, tokenizer), source,
-                  time.perf_counter() - start, kernel_config)

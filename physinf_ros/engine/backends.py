@@ -6,7 +6,7 @@ weights, so a session may move between them without loading again), what it runs
 there is no CUDA, which checkpoints it takes (float, gptq, exl2), whether `auto` may pick it,
 how its family loads weights and how it makes a decoder on them. The transformers backends
 also take a software stack after a colon (`hf-graphed:sdpa-cudnn`, `hf:bnb-nf4`; stacks.py).
-`pick` resolves a request against the table; `Engine` (engine/__init__.py) loads and renews
+`pick` resolves a request against the table; `Engine` (engine/loading.py) loads and renews
 through it.
 """
 

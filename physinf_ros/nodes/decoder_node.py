@@ -3,8 +3,8 @@ decoder_node: a managed (lifecycle) node; prompts in on ~/prompt, tokens streame
 
 A thin translator: the engine does the work, in a worker thread, so the executor stays free to
 answer ~/cancel, parameter changes, lifecycle transitions and the diagnostics timer while a
-reply is being decoded. Prompt checks (prompts.py) and request bookkeeping (serving.py) live
-outside, free of rclpy.
+reply is being decoded. Prompt checks (serving/prompts.py) and request bookkeeping
+(serving/request_queue.py) live outside, free of rclpy.
 
 Lifecycle (as ros2/demos' lifecycle_py places resources): `configure` loads the model and warms
 its graphs, `activate` starts serving, `deactivate` ends the running and waiting requests as
@@ -39,12 +39,12 @@ from .common import (close, create_lifecycle_services, descriptor, DIAGNOSTICS_Q
                      has_lifecycle_handlers, LATENCY_QOS, publish_guarded, SERVICES_QOS,
                      start_ros, status, Updater)
 from .instance_claim import claim_name, NameTaken, NameWatch
-from ..config import AUTOSTART, check, check_value, DECODER_PARAMS, PARAMS_BY_NAME
 from ..engine import EngineError, load, Sampling
-from ..prompts import admit, too_long, truncation_limit
-from ..roofline import LiveFloor
-from ..serving import Ledger, Request, RequestQueue
-from ..stats import LatencyWindow, TokenIntervals
+from ..measurement.roofline import LiveFloor
+from ..measurement.stats import LatencyWindow, TokenIntervals
+from ..serving.params import AUTOSTART, check, check_value, DECODER_PARAMS, PARAMS_BY_NAME
+from ..serving.prompts import admit, too_long, truncation_limit
+from ..serving.request_queue import Ledger, Request, RequestQueue
 
 try:
     from physinf_ros_interfaces.action import Generate

@@ -1,8 +1,8 @@
 """
 Claim a decoder's name before serving: one decoder per fully qualified name.
 
-Each decoder publishes its InstanceRecord (physinf_ros/instances.py) on ~/instance, latched,
-and listens there for DISCOVERY_S before it loads a model. It gives way (NameTaken) to a
+Each decoder publishes its InstanceRecord (physinf_ros/serving/instances.py) on ~/instance,
+latched, and listens there for DISCOVERY_S before it loads a model. It gives way (NameTaken) to a
 decoder that already serves under its name, to one that started before it, or to a node of
 its name that publishes no record (an older decoder). The listening is done by a bare node of
 the decoder's name that has no prompt topic and no services: a decoder that must give way never
@@ -21,7 +21,7 @@ from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 
-from ..instances import InstanceRecord, new_record, rival, taken_message, unrecorded
+from ..serving.instances import InstanceRecord, new_record, rival, taken_message, unrecorded
 
 # Latched: a decoder that starts later still gets the record of the one serving.
 INSTANCE_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,

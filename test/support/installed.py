@@ -1,5 +1,6 @@
 """Find the package's console scripts as a user would run them (no ROS imports here)."""
 
+import ast
 import importlib.util
 import os
 from pathlib import Path
@@ -7,6 +8,8 @@ import shutil
 import sys
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def installed_command(script, module):
@@ -33,3 +36,17 @@ def require_interfaces():
         pytest.skip('physinf_ros_interfaces is not built or not sourced: run make test, or '
                     'colcon build --base-paths . interfaces and source install/setup.bash',
                     allow_module_level=True)
+
+
+def _calls(tree, name):
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and getattr(node.func, 'id', getattr(node.func, 'attr', None)) == name]
+
+
+def console_scripts():
+    """Return the names of the console scripts setup.py declares."""
+    tree = ast.parse((ROOT / 'setup.py').read_text())
+    scripts = next(kw.value for call in _calls(tree, 'setup') for kw in call.keywords
+                   if kw.arg == 'entry_points')
+    entries = ast.literal_eval(scripts)['console_scripts']
+    return {entry.split('=')[0].strip() for entry in entries}

@@ -17,7 +17,7 @@ def test_kernels_compile_for_sm90_with_wide_weight_loads():
     import physinf_ros   # the subprocess imports the same package this test sees
     env['PYTHONPATH'] = os.pathsep.join(
         [str(Path(physinf_ros.__file__).parent.parent), env.get('PYTHONPATH', '')])
-    script = Path(__file__).with_name('kernel_aot.py')
+    script = Path(__file__).resolve().parents[1] / 'support' / 'kernel_aot.py'
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                             env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -18,8 +18,8 @@ gives every element the same width (bf16: 2 bytes); `Gptq4` prices the `linear` 
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Protocol
 
-from .engine.llama import is_norm, ModelConfig, tensor_inventory
 from .targets import detect
+from ..engine.llama import is_norm, ModelConfig, tensor_inventory
 
 GB = 1e9                      # bandwidths and sizes are decimal, as datasheets print them
 

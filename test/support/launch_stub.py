@@ -12,7 +12,7 @@ from pathlib import Path
 import sys
 import types
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Recorded:

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import re
 from typing import Any, Mapping, Optional, Tuple
 
-from .engine import BACKEND_HELP, check_backend, EMBEDDED, MODEL_SPEC_HELP
-from .engine.device import DTYPES
 from .prompts import check_system_prompt
+from ..engine import BACKEND_HELP, check_backend, EMBEDDED, MODEL_SPEC_HELP
+from ..engine.device import DTYPES
 
 
 @dataclass(frozen=True)

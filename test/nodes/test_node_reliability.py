@@ -16,9 +16,9 @@ import time
 
 from known_prompts import EOS_FIRST_PROMPT, LONG_STORY
 import physinf_ros
+from physinf_ros.measurement.stats import percentile
 from physinf_ros.nodes.decoder_node import PROMPT_QOS
-from physinf_ros.prompts import truncation_limit
-from physinf_ros.stats import percentile
+from physinf_ros.serving.prompts import truncation_limit
 import pytest
 from rclpy.serialization import deserialize_message, serialize_message
 from ros_harness import serving_decoder, TEST_DEVICE
@@ -352,9 +352,9 @@ def test_subscriber_killed_mid_stream_does_not_stop_the_node(harness, figures):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(Path(physinf_ros.__file__).parent.parent)]
         + ([os.environ['PYTHONPATH']] if os.environ.get('PYTHONPATH') else [])))
-    listener = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name('token_listener.py')), probe.base],
-        stdout=subprocess.PIPE, text=True, env=env)
+    script = Path(__file__).resolve().parents[1] / 'support' / 'token_listener.py'
+    listener = subprocess.Popen([sys.executable, str(script), probe.base],
+                                stdout=subprocess.PIPE, text=True, env=env)
     lines = []
     reader = threading.Thread(target=lambda: lines.extend(listener.stdout), daemon=True)
     reader.start()

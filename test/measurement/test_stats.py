@@ -1,8 +1,7 @@
-"""The A/B statistics: bootstrap CI of a ratio, and the protocol's comparison of two cells."""
+"""The A/B statistics: the bootstrap CI of a ratio of paired session medians."""
 
 import numpy as np
-from physinf_ros.bench.protocol import Cell, compare, Plan, prompt_ids, Session
-from physinf_ros.stats import bootstrap_ratio_ci
+from physinf_ros.measurement.stats import bootstrap_ratio_ci
 import pytest
 
 TRUE_RATIO = 1.26   # the paper's H100 graph speedup, as a known truth for synthetic samples
@@ -52,39 +51,3 @@ def test_ci_needs_paired_samples():
     with pytest.raises(ValueError):
         bootstrap_ratio_ci([1.0, 2.0], [1.0])
     assert bootstrap_ratio_ci([2.0], [1.0]) == (2.0, 2.0, 2.0)
-
-
-def _cell(mode, backend, medians):
-    cell = Cell(mode, backend, 2048)
-    cell.sessions = [Session(i, 1.0, [m, m, m]) for i, m in enumerate(medians)]
-    return cell
-
-
-def test_launch_fraction_only_for_a_real_graph_pair():
-    eager = _cell('eager', 'eager', [10.0, 11.0, 10.5])
-    graphed = _cell('graphed', 'graphed', [8.0, 8.8, 8.4])
-    comparison = compare(eager, graphed)
-    assert comparison.speedup == pytest.approx(31.5 / 25.2)
-    assert comparison.launch_fraction == pytest.approx(1 - 25.2 / 31.5)
-    # On a CPU 'graphed' ran as eager: same forward, no graph, no launch fraction.
-    fallback = compare(eager, _cell('graphed', 'eager', [10.1, 10.9, 10.4]))
-    assert fallback.launch_fraction is None and fallback.baseline == 'eager'
-    assert compare(_cell('hf', 'hf', [20.0] * 3), graphed).launch_fraction is None
-
-
-def test_plan_groups_modes_by_shared_weights_and_checks_itself():
-    plan = Plan(modes=('hf', 'eager', 'graphed', 'hf-graphed'), contexts=(32, 64), steps=3,
-                warmup=1, sessions=2)
-    assert plan.families() == [('hf', 'hf-graphed'), ('eager', 'graphed')]
-    assert plan.max_context(32) == 32 + 1 + 3 + 1
-    assert plan.session_count() == 4 * 2 * 2
-    assert plan.problems() == []
-    bad = Plan(modes=('eager', 'warp'), contexts=(0,), steps=0)
-    assert len(bad.problems()) == 3
-
-
-def test_prompts_repeat_per_slot_and_rotate_between_slots():
-    assert prompt_ids(1000, 64, 0, 3) == prompt_ids(1000, 64, 0, 3)
-    assert prompt_ids(1000, 64, 0, 3) != prompt_ids(1000, 64, 0, 4)
-    ids = prompt_ids(1000, 64, 0, 0)
-    assert len(ids) == 64 and 0 <= min(ids) and max(ids) < 1000

@@ -4,10 +4,10 @@ import time
 
 from physinf_ros.engine.llama import ModelConfig
 from physinf_ros.engine.models import synthetic_config
-from physinf_ros.roofline import (cost_per_mtok, Dense, Floor, kv_bytes, LiveFloor, r_floor,
-                                  t_floor_s, tokens_per_s, weight_bytes_all,
-                                  weight_bytes_per_step)
-from physinf_ros.targets import detect, load_targets, match, measure_copy_bandwidth
+from physinf_ros.measurement.roofline import (cost_per_mtok, Dense, Floor, kv_bytes, LiveFloor,
+                                              r_floor, t_floor_s, tokens_per_s, weight_bytes_all,
+                                              weight_bytes_per_step)
+from physinf_ros.measurement.targets import detect, load_targets, match, measure_copy_bandwidth
 import pytest
 from tiny_models import tiny_config
 import torch
@@ -171,7 +171,7 @@ def test_gptq_accounting_matches_the_checkpoint_and_what_our_kernels_read(tmp_pa
     from physinf_ros.engine.base import DecoderInfo
     from physinf_ros.engine.llama import load_hf_dir
     from physinf_ros.engine.native import NativeDecoder
-    from physinf_ros.roofline import decoder_floor, Gptq4
+    from physinf_ros.measurement.roofline import decoder_floor, Gptq4
     from tiny_models import save_tiny_gptq
     config = ModelConfig.from_hf(synthetic_config('llama-3.1-8b'))
     # As stored (zeros packed 8 to a word): exactly the checkpoint's own byte count.
@@ -200,7 +200,7 @@ def test_gptq_accounting_matches_the_checkpoint_and_what_our_kernels_read(tmp_pa
 def test_exl2_checkpoints_get_no_made_up_floor():
     from types import SimpleNamespace
     from physinf_ros.engine.base import StepFacts
-    from physinf_ros.roofline import decoder_accounting
+    from physinf_ros.measurement.roofline import decoder_accounting
     decoder = SimpleNamespace(step_facts=lambda: StepFacts(None, 2.0, 2.0, quant_method='exl2'))
     with pytest.raises(ValueError, match='exl2 checkpoint are not modelled'):
         decoder_accounting(decoder)

@@ -1,7 +1,7 @@
-"""Who gives way when two decoders claim one name (physinf_ros/instances.py, no rclpy)."""
+"""Who gives way when two decoders claim one name (physinf_ros/serving/instances.py, no rclpy)."""
 
-from physinf_ros.instances import (InstanceRecord, new_record, rival, taken_message,
-                                   unrecorded)
+from physinf_ros.serving.instances import (InstanceRecord, new_record, rival, taken_message,
+                                           unrecorded)
 
 NAME = '/robot/decoder'
 

@@ -14,7 +14,7 @@ from typing import Callable, Dict, Optional
 
 import torch
 
-from .resources import config_path
+from ..resources import config_path
 
 PRICE_FIELDS = ('price_per_hour', 'price_source', 'price_date')
 

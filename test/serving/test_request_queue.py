@@ -3,7 +3,7 @@
 import threading
 
 from physinf_ros.engine import Sampling
-from physinf_ros.serving import Ledger, Request, RequestQueue
+from physinf_ros.serving.request_queue import Ledger, Request, RequestQueue
 
 
 def request(request_id):

@@ -2,9 +2,10 @@
 
 import argparse
 
-from physinf_ros import cli, config
+from physinf_ros import cli
 from physinf_ros.bench import cli as bench_cli, params, protocol
 from physinf_ros.engine import BACKENDS, backends, MODEL_SPEC_HELP, pick_backend
+from physinf_ros.serving import params as decoder_params
 import pytest
 import torch
 
@@ -34,7 +35,7 @@ def test_families_share_weights_and_graph_pairs_fall_back_within_them():
 
 
 def test_parameters_and_command_lines_use_the_one_spec_grammar():
-    assert config.PARAMS_BY_NAME['model'].description == MODEL_SPEC_HELP
+    assert decoder_params.PARAMS_BY_NAME['model'].description == MODEL_SPEC_HELP
     assert params.PARAMS_BY_NAME['model'].description == MODEL_SPEC_HELP
     parser = bench_cli.bench_parser()
     assert next(a for a in parser._actions if a.dest == 'model').help == MODEL_SPEC_HELP

@@ -3,7 +3,7 @@
 import sys
 
 from physinf_ros.engine import EngineError
-from physinf_ros.prompts import admit, check_system_prompt, too_long, truncation_limit
+from physinf_ros.serving.prompts import admit, check_system_prompt, too_long, truncation_limit
 import pytest
 
 LIMIT = 65536

@@ -2,8 +2,8 @@
 Compile the decode kernels for Hopper (sm_90) ahead of time, no GPU needed.
 
 Run as a script (without TRITON_INTERPRET): prints one JSON line per kernel variant with whether
-it compiled and the widths of its global loads in the SASS. test_kernel_compile.py runs it, so
-CI catches kernels that only fail when compiled for a GPU.
+it compiled and the widths of its global loads in the SASS. engine/test_kernel_compile.py runs it,
+so CI catches kernels that only fail when compiled for a GPU.
 """
 
 import collections

@@ -8,8 +8,8 @@ from physinf_ros.bench.protocol import Cell, compare, describe, Plan, Session
 from physinf_ros.engine.base import DecoderInfo
 from physinf_ros.engine.llama import ModelConfig
 from physinf_ros.engine.models import synthetic_config
-from physinf_ros.roofline import Dense, Floor
-from physinf_ros.targets import load_targets
+from physinf_ros.measurement.roofline import Dense, Floor
+from physinf_ros.measurement.targets import load_targets
 
 MODEL = 'synthetic:llama-3.1-8b'
 

@@ -1,6 +1,6 @@
 """Parameter validation: bad values are refused with a reason that names the problem."""
 
-from physinf_ros.config import check
+from physinf_ros.serving.params import check
 import pytest
 
 

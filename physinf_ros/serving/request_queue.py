@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .engine import Sampling
+from ..engine import Sampling
 
 
 @dataclass
