@@ -35,7 +35,7 @@ from ..engine.base import EngineError
 from ..engine.device import device_label, dtype_name, pick_device
 from ..engine.llama import ModelConfig, rope_tables
 from ..engine.models import synthetic_config
-from ..stats import percentile
+from ..measurement.stats import percentile
 
 if TYPE_CHECKING:   # kernels imports triton, which only CUDA runs need
     from ..engine.kernels import KernelConfig

@@ -15,7 +15,7 @@ import yaml
 from ..engine.backends import split, stack_of
 from ..engine.stacks import Attention
 from ..resources import config_path
-from ..stats import bootstrap_mean_ci
+from ..measurement.stats import bootstrap_mean_ci
 
 ATTENTION_SCHEMA = 'physinf_ros.attention'
 PLOT = 'stacks_ms_per_step.png'
