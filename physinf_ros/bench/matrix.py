@@ -14,8 +14,8 @@ import yaml
 
 from ..engine.backends import split, stack_of
 from ..engine.stacks import Attention
-from ..resources import config_path
 from ..measurement.stats import bootstrap_mean_ci
+from ..resources import config_path
 
 ATTENTION_SCHEMA = 'physinf_ros.attention'
 PLOT = 'stacks_ms_per_step.png'

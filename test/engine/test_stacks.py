@@ -7,8 +7,8 @@ from physinf_ros.bench import Benchmark, Plan, protocol
 from physinf_ros.engine import backends, check_backend, EngineError, load, Sampling, stacks
 from physinf_ros.engine.llama import ModelConfig
 from physinf_ros.engine.models import synthetic_config
-from physinf_ros.measurement.roofline import (Dense, Stacked, weight_bytes_per_step,
-                                               weight_tensors)
+from physinf_ros.measurement.roofline import (
+    Dense, Stacked, weight_bytes_per_step, weight_tensors)
 import pytest
 import torch
 
