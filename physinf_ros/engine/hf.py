@@ -112,11 +112,19 @@ class HFGraphedDecoder(HFDecoder):
         return self._logits.clone()
 
     def _capture(self) -> None:
+        # transformers 5's StaticCache writes at its own device counter (cumulative_length), not
+        # at cache_position: the warm-up runs must not advance it, or every replayed step
+        # writes its key and value two slots ahead of where attention reads them.
+        counters = [(layer.cumulative_length, layer.cumulative_length.clone())
+                    for layer in self._cache.layers
+                    if isinstance(getattr(layer, 'cumulative_length', None), torch.Tensor)]
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
             for _ in range(2):  # same inputs, same cache slot: warm-up writes what the step will
                 self._run(self._ids, self._positions, self._step_forward)
+            for counter, before in counters:
+                counter.copy_(before)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         self._graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self._graph):
