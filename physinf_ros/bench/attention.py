@@ -15,7 +15,7 @@ import argparse
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from functools import lru_cache
+from functools import lru_cache, partial
 from importlib import import_module
 from importlib.util import find_spec
 import json
@@ -162,8 +162,8 @@ def make_inputs(config: ModelConfig, ctx: int, device: torch.device, seed: int) 
     return Inputs(config, ctx, q, k, v, qkv, reference_attention(q, k[0], v[0]))
 
 
-def _sdpa(inputs: Inputs) -> Prepared:
-    if SDPA_GQA:
+def _sdpa(inputs: Inputs, native_gqa: bool = SDPA_GQA) -> Prepared:
+    if native_gqa:
         def call(layer):
             return F.scaled_dot_product_attention(inputs.q, inputs.k[layer], inputs.v[layer],
                                                   enable_gqa=True)
@@ -175,7 +175,7 @@ def _sdpa(inputs: Inputs) -> Prepared:
             return F.scaled_dot_product_attention(inputs.q,
                                                   repeat_kv(inputs.k[layer], inputs.group),
                                                   repeat_kv(inputs.v[layer], inputs.group))
-        gqa = 'KV heads repeated (repeat_kv): this torch has no enable_gqa'
+        gqa = 'KV heads repeated (repeat_kv) first: no enable_gqa here'
     return Prepared(call, inputs.expected, {
         'call': 'torch.nn.functional.scaled_dot_product_attention', 'gqa': gqa})
 
@@ -277,7 +277,11 @@ def _physinf(inputs: Inputs) -> Prepared:
 _BY_IMPLEMENTATION = {'sdpa': _sdpa, 'eager': _eager, 'flex_attention': _flex,
                       'flash_attention_2': _flash_attn('flash_attn'),
                       'flash_attention_3': _flash_attn('flash_attn_interface')}
-BACKENDS = (tuple(Backend(a.name, _BY_IMPLEMENTATION[a.implementation], a)
+# torch's memory-efficient SDPA kernel takes no enable_gqa ("No available kernel"): its KV heads
+# are repeated first, as transformers' SDPA attention does wherever enable_gqa does not apply.
+NO_NATIVE_GQA = ('sdpa-efficient',)
+BACKENDS = (tuple(Backend(a.name, partial(_sdpa, native_gqa=False)
+                          if a.name in NO_NATIVE_GQA else _BY_IMPLEMENTATION[a.implementation], a)
                   for a in stacks.ATTENTIONS)
             + (Backend('flashinfer', _flashinfer, package='flashinfer',
                        install='pip install flashinfer-python', cuda_reason='CUDA-only kernels'),
