@@ -162,8 +162,8 @@ def make_inputs(config: ModelConfig, ctx: int, device: torch.device, seed: int) 
     return Inputs(config, ctx, q, k, v, qkv, reference_attention(q, k[0], v[0]))
 
 
-def _sdpa(inputs: Inputs, native_gqa: bool = SDPA_GQA) -> Prepared:
-    if native_gqa:
+def _sdpa(inputs: Inputs, native_gqa: Optional[bool] = None) -> Prepared:
+    if SDPA_GQA if native_gqa is None else native_gqa:
         def call(layer):
             return F.scaled_dot_product_attention(inputs.q, inputs.k[layer], inputs.v[layer],
                                                   enable_gqa=True)
