@@ -17,7 +17,12 @@ import torch
 
 pytestmark = pytest.mark.gpu
 
-ATTENTION = [a.name for a in stacks.ATTENTIONS if a.package is None]
+# Measured on the H200: transformers 5.17 calls SDPA with enable_gqa for a GQA model, which
+# torch's memory-efficient kernel does not take ('No available kernel').
+NO_GQA = pytest.mark.xfail(strict=True, raises=RuntimeError,
+                           reason="torch's memory-efficient SDPA kernel takes no enable_gqa")
+ATTENTION = [pytest.param(a.name, marks=NO_GQA) if a.name == 'sdpa-efficient' else a.name
+             for a in stacks.ATTENTIONS if a.package is None]
 
 
 def rel(a, b):

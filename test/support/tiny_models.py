@@ -12,7 +12,8 @@ def tiny_config(arch, tie=False, sizes=None):
     config.update(vocab_size=512, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                   tie_word_embeddings=tie, initializer_range=0.5, bos_token_id=1,
-                  eos_token_id=2, max_position_embeddings=4096, **(sizes or {}))
+                  eos_token_id=2, max_position_embeddings=4096)
+    config.update(sizes or {})
     if 'rope_scaling' in config:
         # Keep llama3 scaling meaningful at this size: a short original context.
         config['rope_scaling'] = dict(config['rope_scaling'],
