@@ -75,8 +75,10 @@ def test_attention_stack_is_as_close_to_float32_as_the_default(tmp_path, stack):
     assert error <= 1.5 * default + 1e-3
 
 
-# Relative logit error against the bf16 model: round-to-nearest codes err by about step/sqrt(12)
-# per weight, 10% of a Gaussian weight's spread at 4 bits, under 1% at 8; 3x that as margin.
+# What a stack may add to the bf16 model's own distance from float32 (relative logit error):
+# round-to-nearest codes err by about step/sqrt(12) per weight, 10% of a Gaussian weight's
+# spread at 4 bits, under 1% at 8; 3x that as margin. Measured on the H200, bf16 alone is
+# 0.035 from float32 on the 64-wide tiny model (the attention test), so the bound sits on top.
 QUANT_BOUND = {'bnb-nf4': 0.3, 'torchao-int4': 0.3, 'torchao-int8': 0.03}
 
 
@@ -89,9 +91,10 @@ def test_quantisation_stack_stays_near_the_bf16_model(tmp_path, stack):
         'hidden_size': 256, 'intermediate_size': 512, 'num_attention_heads': 4,
         'num_key_value_heads': 2, 'head_dim': 64}))
     logits = teacher_forced(spec, ('hf', f'hf:{stack}'))
-    vs_bf16 = median_error(logits, f'hf:{stack}', 'hf')
-    print(f'{stack}: median logit rel. error vs the bf16 model {vs_bf16:.5f}')
-    assert vs_bf16 < QUANT_BOUND[stack]
+    bf16 = median_error(logits, 'hf', 'f32')
+    error = median_error(logits, f'hf:{stack}', 'f32')
+    print(f'{stack}: median logit rel. error vs float32 {error:.5f} (bf16 alone {bf16:.5f})')
+    assert error < bf16 + QUANT_BOUND[stack]
 
 
 @HF_GRAPHED_STALE
