@@ -47,32 +47,42 @@ def cell(cells, model, backend, ctx):
     return found[0]
 
 
-@pytest.mark.parametrize('label, backend', [
+def protocol_cell(file, mode, ctx):
+    found = [c for c in load(H200 / file)['cells'] if (c['mode'], c['ctx']) == (mode, ctx)]
+    assert len(found) == 1, (file, mode, ctx)
+    return found[0]
+
+
+@pytest.mark.parametrize('label, mode', [
     ('`hf`', 'hf'), ('`hf-graphed`', 'hf-graphed'), ('`eager`', 'eager'),
     ('`graphed`', 'graphed')])
-def test_readme_measured_table_is_engine_compare(label, backend):
-    cells = load(H200 / 'engine_compare.json')['cells']
+def test_readme_measured_table_is_the_protocol_run(label, mode):
     for text, ctx in zip(row('README.md', label), (2048, 16384)):
         step_ms, ratio = numbers(text)
-        found = cell(cells, 'synthetic:llama-3.1-8b', backend, ctx)
-        assert_rounds_to(step_ms, found['step_ms_median'], f'{backend} at {ctx}')
-        assert_rounds_to(ratio, found['r_floor'], f'{backend} R_floor at {ctx}')
-    floor = row('README.md', 'memory floor t_floor')
-    for text, ctx in zip(floor, (2048, 16384)):
-        found = cell(cells, 'synthetic:llama-3.1-8b', backend, ctx)
+        found = protocol_cell('protocol_llama-3.1-8b.json', mode, ctx)
+        assert_rounds_to(step_ms, found['step_ms_p50'], f'{mode} at {ctx}')
+        assert_rounds_to(ratio, found['R_floor'], f'{mode} R_floor at {ctx}')
+    for text, ctx in zip(row('README.md', 'memory floor t_floor'), (2048, 16384)):
+        found = protocol_cell('protocol_llama-3.1-8b.json', mode, ctx)
         assert_rounds_to(numbers(text)[0], found['t_floor_ms'], f't_floor at {ctx}')
 
 
-@pytest.mark.parametrize('label, model', [
-    ('`graphed`, 4-bit', 'synthetic:llama-3.1-8b:gptq'),
-    ('`graphed`, the same model in bf16', 'synthetic:llama-3.1-8b')])
-def test_readme_quantised_table_is_engine_compare_q4(label, model):
-    cells = load(H200 / 'engine_compare_q4.json')['cells']
-    for text, ctx in zip(row('README.md', label), (2048, 4096, 8192, 16384)):
+@pytest.mark.parametrize('label, file, mode', [
+    ('`graphed`, 4-bit', 'stacks_gptq.json', 'graphed'),
+    ('`graphed`, the same model in bf16', 'protocol_llama-3.1-8b.json', 'graphed'),
+    ('`exllamav2` (stock)', 'stacks_gptq.json', 'exllamav2')])
+def test_readme_quantised_table_is_the_protocol_run(label, file, mode):
+    for text, ctx in zip(row('README.md', label), (2048, 16384)):
         step_ms, ratio = numbers(text)
-        found = cell(cells, model, 'graphed', ctx)
-        assert_rounds_to(step_ms, found['step_ms_median'], f'{label} at {ctx}')
-        assert_rounds_to(ratio, found['r_floor'], f'{label} R_floor at {ctx}')
+        found = protocol_cell(file, mode, ctx)
+        assert_rounds_to(step_ms, found['step_ms_p50'], f'{label} at {ctx}')
+        assert_rounds_to(ratio, found['R_floor'], f'{label} R_floor at {ctx}')
+
+
+def test_readme_quantised_floor_is_the_protocol_run():
+    for text, ctx in zip(row('README.md', 't_floor (W 4.65 GB'), (2048, 16384)):
+        found = protocol_cell('stacks_gptq.json', 'graphed', ctx)
+        assert_rounds_to(text.split()[0], found['t_floor_ms'], f'4-bit t_floor at {ctx}')
 
 
 def node_overhead():

@@ -36,7 +36,7 @@ def weights(model: str, mode: str, dtype: str) -> str:
     if stack is not None and not isinstance(stack, Attention):
         return stack.name
     base = split(mode)[0]
-    if model.endswith(':gptq'):
+    if 'gptq' in model.lower():   # the spec's :gptq, or the loaded model's name
         return 'gptq on exllamav2' if base.startswith('exllamav2') else f'gptq on {base}'
     return DTYPE_SHORT.get(dtype, dtype)
 
@@ -71,7 +71,8 @@ def stack_table(cells: Sequence[dict], unavailable: Sequence[dict], ctx: int) ->
              f'R_floor | paper {paper["target"]} ms |', '|---|---|---|---|---|---|---|---|---|']
     for c in sorted(stack_cells(cells, ctx), key=lambda c: (c['model'], c['step_ms_p50'])):
         stack = stack_of(c['mode'])
-        attention = stack.name if isinstance(stack, Attention) else 'sdpa'
+        attention = stack.name if isinstance(stack, Attention) else \
+            'sdpa' if split(c['mode'])[0].startswith('hf') else 'its own'
         fmt = weights(c['model'], c['mode'], c['dtype'])
         # The paper's steps ran SDPA: its figure stands beside our rows that did too.
         theirs = paper['ms_per_step'].get(PAPER_ROW.get(fmt, '')) if attention == 'sdpa' \
@@ -81,7 +82,8 @@ def stack_table(cells: Sequence[dict], unavailable: Sequence[dict], ctx: int) ->
                      f'{_r(c["R_floor"])} | {theirs if theirs is not None else "-"} |')
     for entry in unavailable:
         fmt = weights('', entry['mode'], 'bfloat16')
-        theirs = paper['ms_per_step'].get(PAPER_ROW.get(fmt, ''))
+        attention = isinstance(stack_of(entry['mode']), Attention)
+        theirs = None if attention else paper['ms_per_step'].get(PAPER_ROW.get(fmt, ''))
         lines.append(f'| - | {entry["mode"]} | not measured: {entry["reason"]} | | | | | | '
                      f'{theirs if theirs is not None else "-"} |')
     return lines
