@@ -20,9 +20,10 @@ def load(path):
     return json.loads(Path(path).read_text())
 
 
-def row(document, label):
-    """Return the cells after the first of the table row whose first cell starts with label."""
-    for line in (ROOT / document).read_text().splitlines():
+def row(document, label, after=''):
+    """Return the cells after the first table row whose first cell starts with label."""
+    text = (ROOT / document).read_text()
+    for line in text[text.index(after):].splitlines():
         cells = [c.strip() for c in line.strip().strip('|').split('|')]
         if line.startswith('|') and cells[0].startswith(label):
             return cells[1:]
@@ -336,3 +337,36 @@ def test_reliability_table_figures_are_their_files(label):
     for quoted in re.findall(r'"([^"]*)"', figure):
         for part in filter(None, (p.strip() for p in quoted.split('...'))):
             assert any(part in text for text in texts), f'{label}: "{part}" is not in {path}'
+
+
+@pytest.mark.parametrize('label, backend', [
+    ('`sdpa` (torch', 'sdpa'), ('`sdpa-cudnn`', 'sdpa-cudnn'), ('`physinf`', 'physinf'),
+    ('`sdpa-flash`', 'sdpa-flash'), ('`eager`', 'eager'), ('`flex_attention`', 'flex_attention'),
+    ('`sdpa-efficient`', 'sdpa-efficient'), ('`sdpa-math`', 'sdpa-math')])
+def test_readme_attention_table_is_attention_json(label, backend):
+    cells = load(H200 / 'attention.json')['cells']
+    for text, ctx in zip(row('README.md', label, after='Attention per layer, in us'),
+                         (2048, 16384)):
+        found = [c for c in cells if (c['backend'], c['ctx']) == (backend, ctx)]
+        assert len(found) == 1, (backend, ctx)
+        assert_rounds_to(numbers(text)[0], found[0]['us_per_layer_p50'], f'{backend} at {ctx}')
+
+
+@pytest.mark.parametrize('label, files', [
+    ('bf16', ('protocol_llama-3.1-8b.json', 'hf', 'hf-graphed', 'graphed')),
+    ('bitsandbytes NF4', ('stacks_bnb-nf4.json', 'hf:bnb-nf4', 'hf-graphed:bnb-nf4', None)),
+    ('torchao int4', ('stacks_torchao-int4.json', 'hf:torchao-int4',
+                      'hf-graphed:torchao-int4', None))])
+def test_readme_stack_table_is_its_files(label, files):
+    file, *modes = files
+    for text, mode in zip(row('README.md', label), modes):
+        if mode is None:
+            assert text == '-'
+            continue
+        assert_rounds_to(numbers(text)[0], protocol_cell(file, mode, 2048)['step_ms_p50'],
+                         f'{mode} in {file}')
+    gptq = row('README.md', 'GPTQ 4-bit')[2]
+    assert_rounds_to(numbers(gptq)[0], protocol_cell('stacks_gptq.json', 'graphed', 2048)[
+        'step_ms_p50'], 'GPTQ graphed')
+    assert_rounds_to(numbers(gptq)[-1], protocol_cell('stacks_gptq.json', 'exllamav2', 2048)[
+        'step_ms_p50'], 'GPTQ exllamav2')
