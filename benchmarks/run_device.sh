@@ -31,6 +31,8 @@
 #              another process sees it, against physinf-generate's step, 8B and 135M shapes
 #   protocol   physinf-bench on the synthetic Llama-3.1-8B: hf, hf-graphed, eager, graphed at ctx
 #              2048 and 16384, 5 fresh sessions (README's measured table)
+#   robots     physinf-bench on the robot-size shapes (Llama-3.2-1B, Qwen2.5-1.5B, Llama-3.2-3B),
+#              eager vs graphed at ctx 2048, 3 fresh sessions
 #   attention  physinf-attention: decode attention per layer, every backend here, ctx 2048-16384
 #   stacks     the stack matrix on the synthetic Llama-3.1-8B at ctx 2048, 3 sessions, a mode
 #              that cannot run recorded with its reason: hf-graphed with every attention stack
@@ -175,6 +177,12 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
       TAIL=10 run protocol "${BENCH_LIMIT:-240}" python3 -m physinf_ros.bench.cli \
         --model synthetic:llama-3.1-8b --modes hf,hf-graphed,eager,graphed \
         --contexts 2048,16384 --sessions 5 --out "$WORK/protocol_llama-3.1-8b.json";;
+    robots)
+      for arch in llama-3.2-1b qwen2.5-1.5b llama-3.2-3b; do
+        TAIL=6 run robots_$arch "${BENCH_LIMIT:-200}" python3 -m physinf_ros.bench.cli \
+          --model synthetic:$arch --modes eager,graphed --contexts 2048 --sessions 3 \
+          --out "$WORK/bench_$arch.json"
+      done;;
     attention)
       TAIL=20 run attention 150 python3 -m physinf_ros.bench.attention \
         --out "$WORK/attention.json";;

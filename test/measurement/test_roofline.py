@@ -49,6 +49,17 @@ def test_bytes_of_the_paper_architectures(arch):
     assert kv_bytes(c, 16384, 2) == k_16384
 
 
+@pytest.mark.parametrize('arch, parameters, t_floor_ms', [
+    ('llama-3.2-1b', 1_235_814_400, 0.529), ('qwen2.5-1.5b', 1_543_714_304, 0.655),
+    ('llama-3.2-3b', 3_212_749_824, 1.388)])
+def test_robot_size_shapes_have_the_published_parameter_counts(arch, parameters, t_floor_ms):
+    # Tied embeddings: the table is read whole once (as the head), so W = W_all = 2 bytes each.
+    c = config(arch)
+    assert c.tie_word_embeddings
+    assert weight_bytes_all(c, BF16) == weight_bytes_per_step(c, BF16) == 2 * parameters
+    assert Floor(c, BF16, 2, 4800).t_floor_ms(2048) == pytest.approx(t_floor_ms, abs=5e-4)
+
+
 def test_llama_8b_matches_the_design_figures():
     c = config('llama-3.1-8b')
     assert round(weight_bytes_all(c, BF16) / 1e9, 2) == 16.06
