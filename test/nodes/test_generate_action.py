@@ -153,7 +153,7 @@ node = rclpy.create_node('vanishing_client')
 client = ActionClient(node, Generate, sys.argv[1])
 client.wait_for_server()
 pieces = []
-client.send_goal_async(Generate.Goal(prompt=sys.argv[2], max_new_tokens=400),
+client.send_goal_async(Generate.Goal(prompt=sys.argv[2], max_new_tokens=900),
                        feedback_callback=lambda m: pieces.append(m))
 while len(pieces) < 3:
     rclpy.spin_once(node, timeout_sec=0.05)
@@ -186,7 +186,9 @@ def test_a_client_that_disappears_mid_stream_has_its_goal_cancelled(harness, how
         seconds = time.monotonic() - gone
     finally:
         client.kill()
-    assert finished['reason'] == 'cancelled' and finished['tokens'] < 400
+    # SIGKILL is seen only when Fast DDS's 20 s lease on the client runs out: the reply must
+    # outlast it (400 tokens on a 2-core CPU did once, 329 tokens in 20.1 s, and once did not).
+    assert finished['reason'] == 'cancelled' and finished['tokens'] < 900
     assert finished['detail'] == 'its action client disappeared'
     figures(f'action client vanished ({how})', seconds_to_cancel=round(seconds, 2),
             tokens=finished['tokens'], detail=json.dumps(finished['detail']))
