@@ -89,7 +89,10 @@ def test_one_that_missed_the_first_at_start_exits_as_it_begins_to_serve(first, t
     output = done.stdout + done.stderr
     assert done.returncode == 1, output
     fatal, = [line for line in output.splitlines() if 'FATAL' in line]
-    assert f'(pid {first.node.proc.pid} on ' in fatal
+    assert f'another decoder is already running as {namespace}/decoder' in fatal
+    # Its pid is named when the first's latched ~/instance record arrived in time; on a loaded
+    # CI machine the name alone was seen first once (the refusal then says so).
+    assert f'(pid {first.node.proc.pid} on ' in fatal or 'publishes no instance' in fatal
     assert first.node.proc.poll() is None
     served_once(first)
 
