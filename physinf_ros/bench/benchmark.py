@@ -63,7 +63,8 @@ class Benchmark:
         self.device = pick_device(plan.device)
         unrunnable = plan.unrunnable(self.device)
         if unrunnable and not plan.record_unavailable:   # before any weights load
-            raise ValueError('; '.join(unrunnable))
+            raise ValueError('; '.join(f'mode {mode}: {reason}'
+                                       for mode, reason in unrunnable.items()))
         found = detect(self.device, target, log)
         if price_per_hour is not None:
             found = found.with_price(price_per_hour, 'given for this run',

@@ -75,11 +75,11 @@ class Plan:
                          f'{self.steps}, warmup {self.warmup}, sessions {self.sessions}')
         return wrong
 
-    def unrunnable(self, device) -> List[str]:
-        """Return why modes cannot run on device (a stack's package or CUDA missing)."""
-        stacks = ((mode, backends.stack_of(mode)) for mode in self.modes)
-        return [f'mode {mode}: {missing(stack, device)}' for mode, stack in stacks
-                if stack and missing(stack, device)]
+    def unrunnable(self, device) -> Dict[str, str]:
+        """Return why modes cannot run on device (a stack's package or CUDA missing), by mode."""
+        reasons = {mode: missing(backends.stack_of(mode), device)
+                   for mode in self.modes if backends.stack_of(mode)}
+        return {mode: reason for mode, reason in reasons.items() if reason}
 
     @property
     def baseline(self) -> str:
@@ -247,13 +247,11 @@ def run(plan: Plan, listener: Listener = Listener(), stop: Callable[[], bool] = 
         log(f'mode {mode} recorded unavailable: {failed[mode]}')
         listener.unavailable(mode, failed[mode])
 
-    device = pick_device(plan.device)
+    unrunnable = plan.unrunnable(pick_device(plan.device))
     for family in plan.families():
         for mode in family:
-            stack = backends.stack_of(mode)
-            reason = missing(stack, device) if stack else None
-            if reason:
-                give_up(mode, EngineError(reason))
+            if mode in unrunnable:
+                give_up(mode, EngineError(unrunnable[mode]))
         runnable = [mode for mode in family if mode not in failed]
         if not runnable:
             continue
