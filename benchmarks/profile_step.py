@@ -2,9 +2,16 @@
 Show where one graphed decode step spends its time.
 
 Every kernel of the replayed graph, from the CUDA profiler, summed by kernel name, beside the
-step's wall time.
+step's wall time and the gaps between kernels. With programmatic dependent launch a kernel starts
+before its predecessor ends and waits inside, so these durations overlap and are no breakdown;
+`--ncu-step` instead marks one step for Nsight Compute, which runs each kernel alone and reads
+its time and DRAM bytes (benchmarks/kernel_table.py turns that into a table per layer op):
 
     python3 benchmarks/profile_step.py --model synthetic:llama-3.1-8b --ctx 2048 --out prof.json
+    ncu --profile-from-start off --clock-control none --page raw --csv --print-units base \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,\
+launch__grid_size,launch__registers_per_thread \
+        python3 benchmarks/profile_step.py --ncu-step ... > step.csv
 """
 
 import argparse
@@ -24,8 +31,12 @@ def main(argv=None):
     parser.add_argument('--steps', type=int, default=20)
     parser.add_argument('--tuning', help='kernel_sweep.py output: its launch shapes over '
                         'those of config/kernels.yaml')
-    parser.add_argument('--out', required=True)
+    parser.add_argument('--ncu-step', action='store_true',
+                        help='only mark one warm step as the profiled range (run under ncu)')
+    parser.add_argument('--out', help='where the JSON goes (not with --ncu-step)')
     args = parser.parse_args(argv)
+    if not args.ncu_step and not args.out:
+        parser.error('--out is required unless --ncu-step')
     kernel_config = KernelConfig.for_device(torch.device('cuda'))
     if args.tuning:
         with open(args.tuning) as f:
@@ -37,6 +48,12 @@ def main(argv=None):
     for _ in range(5):
         decoder.step()
     torch.cuda.synchronize()
+    if args.ncu_step:
+        torch.cuda.cudart().cudaProfilerStart()
+        decoder.step()
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStop()
+        return
     start = time.perf_counter()
     for _ in range(args.steps):
         decoder.step()

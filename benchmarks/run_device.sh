@@ -7,7 +7,11 @@
 #              PYTEST_K selects by name
 #   sweep      kernel launch-shape sweep on the 8B shapes (benchmarks/kernel_sweep.py)
 #   compare    issue 3's comparison: hf, hf-graphed, eager, graphed at 2048/8192/16384
-#   profile    per-kernel time of one graphed step (benchmarks/profile_step.py)
+#   profile    one graphed step of each of PROFILE_MODELS (default the synthetic 8B) at each of
+#              PROFILE_CONTEXTS (default 2048 16384): wall time, kernels and gaps from the CUDA
+#              profiler (benchmarks/profile_step.py), then each kernel alone under Nsight Compute
+#              (time, DRAM bytes, grid), tabled per layer op by benchmarks/kernel_table.py
+#   stacktests the GPU tests of the stacks (test/engine/test_stacks_gpu.py) only
 #   bench      the paper's protocol (physinf-bench): the three synthetic architectures,
 #              eager vs graphed, contexts 2048-16384, 10 fresh sessions
 #   exl2       exllamav2: build, GPTQ models, checks, stock timings (benchmarks/exl2_device.py)
@@ -31,11 +35,13 @@
 #              another process sees it, against physinf-generate's step, 8B and 135M shapes
 #   protocol   physinf-bench on the synthetic Llama-3.1-8B: hf, hf-graphed, eager, graphed at ctx
 #              2048 and 16384, 5 fresh sessions (README's measured table)
+#   robotsweep kernel_sweep.py's bf16 GEMV launch shapes on the robot-size shapes (no attention)
 #   robots     physinf-bench on the robot-size shapes (Llama-3.2-1B, Qwen2.5-1.5B, Llama-3.2-3B),
 #              eager vs graphed at ctx 2048, 3 fresh sessions
 #   attention  physinf-attention: decode attention per layer, every backend here, ctx 2048-16384
 #   stacks     the stack matrix on the synthetic Llama-3.1-8B at ctx 2048, 3 sessions, a mode
-#              that cannot run recorded with its reason: hf-graphed with every attention stack
+#              that cannot run recorded with its reason: hf and hf-graphed with every attention
+#              stack
 #   quant      the same for hf and hf-graphed with each quantisation stack, one file each
 #   gptq       physinf-bench on its 4-bit copy: our graphed GPTQ and exllamav2 (needs exl2build
 #              to have finished), ctx 2048 and 16384, 3 sessions
@@ -104,10 +110,23 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton._
       TAIL=16 run compare 400 python3 benchmarks/engine_compare.py ${COMPARE_ARGS:-} \
         --out "$WORK/engine_compare.json";;
     profile)
-      for ctx in 2048 16384; do
-        run profile_$ctx 120 python3 benchmarks/profile_step.py --ctx $ctx \
-          --out "$WORK/profile_$ctx.json"
+      for model in ${PROFILE_MODELS:-synthetic:llama-3.1-8b}; do
+        for ctx in ${PROFILE_CONTEXTS:-2048 16384}; do
+          tag=$(echo "${model#synthetic:}" | tr ':' '-')_$ctx
+          run profile_$tag 120 python3 benchmarks/profile_step.py --model "$model" --ctx "$ctx" \
+            --out "$WORK/profile_$tag.json"
+          TAIL=2 run ncu_$tag 200 ncu --profile-from-start off --clock-control none --page raw \
+            --csv --print-units base --metrics gpu__time_duration.sum,dram__bytes_read.sum,\
+dram__bytes_write.sum,launch__grid_size,launch__registers_per_thread \
+            python3 benchmarks/profile_step.py --ncu-step --model "$model" --ctx "$ctx"
+          python3 benchmarks/kernel_table.py "$WORK/ncu_$tag.log" --model "$model" \
+            --out "$WORK/kernels_$tag.json" > "$WORK/kernels_$tag.md" 2>&1
+          head -n 14 "$WORK/kernels_$tag.md"
+        done
       done;;
+    stacktests)
+      TAIL=30 run stack_tests "${TESTS_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider -rs -s \
+        test/engine/test_stacks_gpu.py;;
     bench)
       for arch in llama-3.1-8b mistral-7b-v0.3 qwen2.5-7b; do
         run bench_$arch 300 python3 -m physinf_ros.bench.cli --model synthetic:$arch \
@@ -177,6 +196,12 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
       TAIL=10 run protocol "${BENCH_LIMIT:-240}" python3 -m physinf_ros.bench.cli \
         --model synthetic:llama-3.1-8b --modes hf,hf-graphed,eager,graphed \
         --contexts 2048,16384 --sessions 5 --out "$WORK/protocol_llama-3.1-8b.json";;
+    robotsweep)
+      for arch in llama-3.2-1b qwen2.5-1.5b llama-3.2-3b; do
+        TAIL=8 run sweep_$arch "${SWEEP_LIMIT:-150}" python3 benchmarks/kernel_sweep.py \
+          --model synthetic:$arch --skip-attention --kinds rms_matvec,matvec_add,gate_up \
+          --out "$WORK/kernel_sweep_$arch.json"
+      done;;
     robots)
       for arch in llama-3.2-1b qwen2.5-1.5b llama-3.2-3b; do
         TAIL=6 run robots_$arch "${BENCH_LIMIT:-200}" python3 -m physinf_ros.bench.cli \
@@ -188,8 +213,9 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
         --out "$WORK/attention.json";;
     stacks)
       attention_modes=$(python3 -c 'from physinf_ros.engine.stacks import ATTENTIONS
-print(",".join(["hf-graphed"] + ["hf-graphed:" + a.name for a in ATTENTIONS[1:]]))')
-      TAIL=14 run stacks_attention 200 python3 -m physinf_ros.bench.cli \
+print(",".join(b + s for b in ("hf", "hf-graphed")
+               for s in [""] + [":" + a.name for a in ATTENTIONS[1:]]))')
+      TAIL=24 run stacks_attention "${STACK_LIMIT:-300}" python3 -m physinf_ros.bench.cli \
         --model synthetic:llama-3.1-8b --modes "$attention_modes" --contexts 2048 \
         --sessions 3 --record-unavailable --out "$WORK/stacks_attention.json";;
     quant)

@@ -92,7 +92,9 @@ class HFGraphedDecoder(HFDecoder):
         self._ids = torch.zeros(1, 1, dtype=torch.long, device=device)
         self._positions = torch.zeros(1, dtype=torch.long, device=device)
         self._graph = None
-        self._logits = None
+        # Not `_logits`: ForwardDecoder keeps each step's chosen logits under that name, and
+        # sharing it made every replay after the first return the first replay's copy.
+        self._graph_logits = None
         self._step_forward = _compiled(model) if self.quantization and \
             self.quantization.compiled_step and device.type == 'cuda' else None
 
@@ -109,7 +111,7 @@ class HFGraphedDecoder(HFDecoder):
         if self._graph is None:
             self._capture()
         self._graph.replay()
-        return self._logits.clone()
+        return self._graph_logits.clone()
 
     def _capture(self) -> None:
         # transformers 5's StaticCache writes at its own device counter (cumulative_length), not
@@ -128,7 +130,7 @@ class HFGraphedDecoder(HFDecoder):
         torch.cuda.current_stream(self.device).wait_stream(stream)
         self._graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self._graph):
-            self._logits = self._run(self._ids, self._positions, self._step_forward)
+            self._graph_logits = self._run(self._ids, self._positions, self._step_forward)
 
 
 def _compiled(model):

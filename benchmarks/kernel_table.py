@@ -1,0 +1,107 @@
+"""
+Turn Nsight Compute's raw CSV of one graphed step into a table per layer op.
+
+Each kernel ran alone under ncu, so its time is its own (no overlap with its neighbours, no
+launch gap). Kernels are placed by their order in the step: the attention split kernel, once
+per layer, marks the layers; the kernels that repeat with it are the layer's ops (by position),
+the rest come before or after the layers. Per op: time summed over layers, DRAM bytes read and
+written, achieved bandwidth, grid size and registers.
+
+    python3 benchmarks/kernel_table.py step.csv --model synthetic:llama-3.1-8b --out table.json
+"""
+
+import argparse
+import csv
+import json
+import statistics
+
+from physinf_ros.engine.llama import ModelConfig
+from physinf_ros.engine.models import resolve
+
+ANCHOR = '_attn_split_kernel'   # one per layer in every graphed step
+
+
+def read_kernels(path):
+    """Rows of ncu's raw page (base units): name, ns, bytes read and written, grid, registers."""
+    with open(path) as f:
+        lines = [line for line in f if line.startswith('"')]
+    rows = list(csv.DictReader(lines))[1:]   # the first row under the header holds units
+    kernels = []
+    for row in rows:
+        kernels.append({'name': row['Kernel Name'].split('(')[0].strip(),
+                        'ns': float(row['gpu__time_duration.sum']),
+                        'read': float(row['dram__bytes_read.sum']),
+                        'write': float(row['dram__bytes_write.sum']),
+                        'grid': row.get('launch__grid_size', ''),
+                        'registers': row.get('launch__registers_per_thread', '')})
+    return kernels
+
+
+def roles(names, layers):
+    """Label each kernel 'pre:i', 'layer:j' (its place in the layer) or 'post:i'."""
+    anchors = [i for i, name in enumerate(names) if name.startswith(ANCHOR)]
+    if len(anchors) != layers:
+        raise ValueError(f'{len(anchors)} {ANCHOR} launches for {layers} layers')
+    period = anchors[1] - anchors[0] if layers > 1 else len(names)
+    before = 0   # how many of a layer's kernels come before its attention
+    while before < period and anchors[0] - before - 1 >= 0 and layers > 1 and \
+            names[anchors[0] - before - 1] == names[anchors[1] - before - 1]:
+        before += 1
+    first, end = anchors[0] - before, anchors[-1] - before + period
+    labels = []
+    for i in range(len(names)):
+        if i < first:
+            labels.append(f'pre:{i}')
+        elif i >= end:
+            labels.append(f'post:{i - end}')
+        else:
+            labels.append(f'layer:{(i - first) % period}')
+    return labels
+
+
+def table(kernels, layers):
+    labels = roles([k['name'] for k in kernels], layers)
+    ops = {}
+    for label, kernel in zip(labels, kernels):
+        op = ops.setdefault(label, {'op': label, 'kernel': kernel['name'], 'grid':
+                                    kernel['grid'], 'registers': kernel['registers'],
+                                    'ns': [], 'read': 0.0, 'write': 0.0})
+        op['ns'].append(kernel['ns'])
+        op['read'] += kernel['read']
+        op['write'] += kernel['write']
+    rows = []
+    for op in ops.values():
+        total_ns = sum(op['ns'])
+        rows.append({**{k: v for k, v in op.items() if k != 'ns'}, 'calls': len(op['ns']),
+                     'us_per_call': statistics.median(op['ns']) / 1000,
+                     'us_per_step': total_ns / 1000,
+                     'gbps': (op['read'] + op['write']) / total_ns})
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('csv')
+    parser.add_argument('--model', required=True)
+    parser.add_argument('--out')
+    args = parser.parse_args(argv)
+    layers = ModelConfig.from_hf(resolve(args.model).hf_config).num_layers
+    kernels = read_kernels(args.csv)
+    rows = table(kernels, layers)
+    total_us = sum(r['us_per_step'] for r in rows)
+    total_bytes = sum(r['read'] + r['write'] for r in rows)
+    print(f'{args.model}: {len(kernels)} kernels, {total_us:.1f} us of kernel time alone, '
+          f'{total_bytes / 1e9:.3f} GB moved ({total_bytes / total_us / 1e3:.0f} GB/s)')
+    print('| op | kernel | calls | us/call | us/step | GB/s | grid | regs |')
+    print('|---|---|---|---|---|---|---|---|')
+    for r in rows:
+        print(f"| {r['op']} | {r['kernel']} | {r['calls']} | {r['us_per_call']:.2f} | "
+              f"{r['us_per_step']:.1f} | {r['gbps']:.0f} | {r['grid']} | {r['registers']} |")
+    if args.out:
+        with open(args.out, 'w') as f:
+            json.dump({'model': args.model, 'kernels': len(kernels), 'kernel_us': total_us,
+                       'bytes': total_bytes, 'ops': rows}, f, indent=1)
+
+
+if __name__ == '__main__':
+    main()
