@@ -56,12 +56,14 @@ CANDIDATES = {
     'matvec_add': [GemvConfig(bn, bk, s, w) for bn, bk, s, w in
                    itertools.product((4, 8, 16, 32), (512, 1024), (1, 2, 4), (4, 8))],
     # 4-bit codes: block_k inputs (block_k / 8 rows of GPTQ words) by block_n outputs.
+    # Wide tiles and many splits too: the 4-bit QKV and o_proj move only ~1.1 TB/s with
+    # run 11's shapes (ncu, session 6), too few bytes in flight per SM.
     'rms_matvec_q4': [GemvConfig(bn, bk, 1, w) for bn, bk, w in
-                      itertools.product((16, 32, 64), (128, 256, 512), (4, 8))],
+                      itertools.product((8, 16, 32), (256, 512, 1024, 2048), (4, 8))],
     'gate_up_q4': [GemvConfig(bn, bk, 1, w) for bn, bk, w in
                    itertools.product((16, 32, 64), (128, 256, 512), (4, 8))],
     'matvec_add_q4': [GemvConfig(bn, bk, s, w) for bn, bk, s, w in
-                      itertools.product((32, 64, 128), (128, 256), (2, 4, 8), (4, 8))],
+                      itertools.product((32, 64), (256, 512, 1024), (8, 16), (4, 8))],
 }
 GROUP_SIZE = 128   # the paper's GPTQ checkpoints
 

@@ -28,10 +28,12 @@ def read_kernels(path):
     rows = list(csv.DictReader(lines))[1:]   # the first row under the header holds units
     kernels = []
     for row in rows:
+        def number(metric):   # ncu writes thousands with commas: "3,968"
+            return float(row[metric].replace(',', ''))
         kernels.append({'name': row['Kernel Name'].split('(')[0].strip(),
-                        'ns': float(row['gpu__time_duration.sum']),
-                        'read': float(row['dram__bytes_read.sum']),
-                        'write': float(row['dram__bytes_write.sum']),
+                        'ns': number('gpu__time_duration.sum'),
+                        'read': number('dram__bytes_read.sum'),
+                        'write': number('dram__bytes_write.sum'),
                         'grid': row.get('launch__grid_size', ''),
                         'registers': row.get('launch__registers_per_thread', '')})
     return kernels

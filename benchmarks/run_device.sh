@@ -17,7 +17,8 @@
 #   exl2       exllamav2: build, GPTQ models, checks, stock timings (benchmarks/exl2_device.py)
 #   exl2build  start building exllamav2's CUDA extension in the background (its own session, so
 #              it outlives this call; the next call on the same machine finds it built)
-#   q4sweep    launch-shape sweep of the 4-bit GEMVs only, kept on the machine for q4compare
+#   q4sweep    launch-shape sweep of the 4-bit GEMVs only (Q4_KINDS picks kinds), kept on the
+#              machine for q4compare
 #   bf16sweep  sweep of the bf16 norm+GEMV and residual GEMV shapes only (wider block_n range)
 #   ab         A/B of kernel settings, one engine_compare per variant, in one call: AB_VARIANTS
 #              is ';'-separated variants of space-separated NAME=VALUE flags (e.g.
@@ -146,7 +147,7 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
       echo "exllamav2 build started in the background";;
     q4sweep)
       run q4sweep "${SWEEP_LIMIT:-420}" python3 benchmarks/kernel_sweep.py --skip-attention \
-        --kinds rms_matvec_q4,gate_up_q4,matvec_add_q4 --out "$WORK/kernel_sweep_q4.json"
+        --kinds "${Q4_KINDS:-rms_matvec_q4,gate_up_q4,matvec_add_q4}" --out "$WORK/kernel_sweep_q4.json"
       cp "$WORK/kernel_sweep_q4.json" "$STASH/" 2>/dev/null;;
     q4compare)
       cat "$STASH/exl2build.log" 2>/dev/null | tail -n 2

@@ -29,22 +29,22 @@ def rel(a, b):
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
-def teacher_forced(spec, modes, steps=24, dtype='bfloat16'):
-    """Logits of each mode per step, fed the float32 hf forward's greedy tokens."""
-    reference = load(spec, 'hf', 'cuda', 'float32', 256)
+def teacher_forced(spec, modes, steps=24, dtype='bfloat16', reference=None):
+    """Logits of each mode per step, fed the reference decoder's (default float32 hf) tokens."""
+    reference = reference or load(spec, 'hf', 'cuda', 'float32', 256).decoder
     prompt = list(range(3, 40))
-    tokens = [reference.decoder.prefill(prompt, Sampling())]
+    tokens = [reference.prefill(prompt, Sampling())]
     decoders = {}
     for mode in modes:
         decoders[mode] = load(spec, mode, 'cuda', dtype, 256).decoder
         decoders[mode].prefill(prompt, Sampling())
     logits = {mode: [] for mode in ('f32',) + tuple(modes)}
     for _ in range(steps):
-        logits['f32'].append(reference.decoder.last_logits().float())
+        logits['f32'].append(reference.last_logits().float())
         for mode, decoder in decoders.items():
             logits[mode].append(decoder.last_logits().float())
         forced = tokens[-1]
-        tokens.append(reference.decoder.step(forced))
+        tokens.append(reference.step(forced))
         for decoder in decoders.values():
             decoder.step(forced)
     return logits
@@ -81,7 +81,10 @@ def dequantise_in_place(model):
                 import bitsandbytes.functional as bnb_functional
                 dense = bnb_functional.dequantize_4bit(weight.data, weight.quant_state)
             elif type(weight).__module__.startswith('torchao'):
-                dense = weight.dequantize()
+                # int4's tile-packed tensor has no dequantize(): its own matmul of the identity
+                # gives each weight back (one nonzero product per output).
+                eye = torch.eye(child.in_features, device=weight.device, dtype=torch.bfloat16)
+                dense = torch.nn.functional.linear(eye, weight).T
             else:
                 continue
             linear = torch.nn.Linear(child.in_features, child.out_features,
@@ -132,18 +135,26 @@ GRAPHED = ('', ':sdpa-cudnn', ':sdpa-math', ':flex_attention', ':bnb-nf4', ':tor
 
 @pytest.mark.parametrize('stack', GRAPHED)
 def test_hf_graphed_replays_what_hf_computes(tmp_path, stack):
-    # 40 replayed steps, each against hf with the same stack. Replay may reorder bf16 sums
-    # (the static cache's padded length, a compiled step), which moves logits by less than bf16
-    # itself moves them from float32; a cache written at the wrong slot, or stale logits (a
-    # replay returning an earlier step's), are off by ~1 from the second replay on.
+    # 40 replayed steps against a float32 forward of the same weights (a quantised stack's
+    # dequantised): the graphed step must be as close to it as the op-by-op one is, with the
+    # 1.5x margin of the tests above. A replay returning an earlier step's logits, or a cache
+    # written at the wrong slot, is off by ~1. A compiled step (torchao) may round in another
+    # order than the op-by-op one, so the two are not compared with each other.
     name = stack.lstrip(':')
     if name and stacks.missing(stacks.STACKS[name], torch.device('cuda')):
         pytest.skip(stacks.missing(stacks.STACKS[name], torch.device('cuda')))
     sizes = GROUPED if name in QUANTIZED else None
     spec = str(save_tiny('llama-3.1-8b', tmp_path, sizes=sizes))
-    logits = teacher_forced(spec, ('hf', f'hf{stack}', f'hf-graphed{stack}'), steps=40)
-    errors = [rel(a, b) for a, b in zip(logits[f'hf-graphed{stack}'], logits[f'hf{stack}'])]
-    bf16 = median_error(logits, 'hf', 'f32')
-    print(f'hf-graphed{stack} vs hf{stack}: median {statistics.median(errors):.5f}, '
-          f'max {max(errors):.5f} (bf16 vs float32 {bf16:.5f})')
-    assert max(errors) <= bf16
+    reference = None
+    if name in QUANTIZED:
+        engine = load(spec, f'hf:{name}', 'cuda', 'bfloat16', 256)
+        dequantise_in_place(engine.decoder.model)
+        engine.decoder.model.float()
+        reference = engine.renew()
+    modes = (f'hf{stack}', f'hf-graphed{stack}')
+    logits = teacher_forced(spec, modes, steps=40, reference=reference)
+    plain, graphed = (median_error(logits, mode, 'f32') for mode in modes)
+    between = max(rel(a, b) for a, b in zip(logits[modes[1]], logits[modes[0]]))
+    print(f'{modes[1]}: median logit rel. error vs float32 {graphed:.5f} ({modes[0]} '
+          f'{plain:.5f}; largest step between the two {between:.5f})')
+    assert graphed <= 1.5 * plain + 1e-3
