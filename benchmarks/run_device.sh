@@ -38,14 +38,14 @@
 #              2048 and 16384, 5 fresh sessions (README's measured table)
 #   robotsweep kernel_sweep.py's bf16 GEMV launch shapes on the robot-size shapes (no attention)
 #   robots     physinf-bench on the robot-size shapes (Llama-3.2-1B, Qwen2.5-1.5B, Llama-3.2-3B),
-#              eager vs graphed at ctx 2048, 3 fresh sessions
+#              eager vs graphed (ROBOT_MODES) at ctx 2048, 3 fresh sessions
 #   attention  physinf-attention: decode attention per layer, every backend here, ctx 2048-16384
 #   stacks     the stack matrix on the synthetic Llama-3.1-8B at ctx 2048, 3 sessions, a mode
 #              that cannot run recorded with its reason: hf and hf-graphed with every attention
 #              stack
 #   quant      the same for hf and hf-graphed with each quantisation stack, one file each
-#   gptq       physinf-bench on its 4-bit copy: our graphed GPTQ and exllamav2 (needs exl2build
-#              to have finished), ctx 2048 and 16384, 3 sessions
+#   gptq       physinf-bench on its 4-bit copy: our graphed GPTQ and exllamav2 (GPTQ_MODES;
+#              exllamav2 needs exl2build to have finished), ctx 2048 and 16384, 3 sessions
 # Logs and results go to $OUT/work and come back as $OUT/results.tgz (the device tool returns
 # at most 8 files), with a short summary on stdout.
 set -uo pipefail
@@ -206,7 +206,7 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
     robots)
       for arch in llama-3.2-1b qwen2.5-1.5b llama-3.2-3b; do
         TAIL=6 run robots_$arch "${BENCH_LIMIT:-200}" python3 -m physinf_ros.bench.cli \
-          --model synthetic:$arch --modes eager,graphed --contexts 2048 --sessions 3 \
+          --model synthetic:$arch --modes "${ROBOT_MODES:-eager,graphed}" --contexts 2048 --sessions 3 \
           --out "$WORK/bench_$arch.json"
       done;;
     attention)
@@ -229,7 +229,7 @@ print(" ".join(s.name for s in stacks.QUANTIZATIONS + stacks.UNSUPPORTED))')}; d
     gptq)
       cat "$STASH/exl2build.log" 2>/dev/null | tail -n 2
       TAIL=10 run gptq "${BENCH_LIMIT:-240}" python3 -m physinf_ros.bench.cli \
-        --model synthetic:llama-3.1-8b:gptq --modes graphed,exllamav2 --contexts 2048,16384 \
+        --model synthetic:llama-3.1-8b:gptq --modes "${GPTQ_MODES:-graphed,exllamav2}" --contexts 2048,16384 \
         --sessions 3 --record-unavailable --out "$WORK/stacks_gptq.json";;
     *) echo "unknown stage $stage";;
   esac

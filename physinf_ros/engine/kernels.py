@@ -94,9 +94,6 @@ class KernelConfig:
     # 4-bit GEMVs of 16-bit models in packed fp16 arithmetic (_HALF2_DOT), else float32
     # (exact products, one code per instruction).
     half2: bool = True
-    # 4-bit GEMVs sum each group's words before one scale per group and column, instead of a
-    # scale per word (tiles holding whole groups only).
-    group_scales: bool = True
 
     def __post_init__(self):
         object.__setattr__(self, 'tuned', MappingProxyType(dict(self.tuned)))
@@ -133,8 +130,7 @@ class KernelConfig:
         """
         Return this configuration with one switch or number set from text, for an A/B.
 
-        name is a switch (evict_first, half2, group_scales: value 0 or 1) or attention.FIELD
-        (a number);
+        name is a switch (evict_first, half2: value 0 or 1) or attention.FIELD (a number);
         case does not matter (EVICT_FIRST=0 as on the command line).
         """
         owner, _, field_name = name.lower().rpartition('.')
@@ -146,7 +142,7 @@ class KernelConfig:
             changed = replace(target, **{field_name: int(value)})
         else:
             raise ValueError(f'{name} is not a kernel switch or number: choose evict_first, '
-                             'half2, group_scales or attention.'
+                             'half2 or attention.'
                              + '|'.join(f.name for f in fields(AttentionConfig)))
         return replace(self, attention=changed) if owner else changed
 
@@ -173,7 +169,7 @@ class KernelConfig:
         return {'tuned': [{'kind': kind, 'n': n, 'k': k, **asdict(shape)}
                           for (kind, n, k), shape in self.tuned.items()],
                 'attention': asdict(self.attention), 'evict_first': self.evict_first,
-                'half2': self.half2, 'group_scales': self.group_scales}
+                'half2': self.half2}
 
 
 DEFAULT_CONFIG = KernelConfig()
@@ -408,24 +404,6 @@ def _q4_group_scaled(part, x_sum, S, Z, rows, cols, mask, N_ALL, GROUP: tl.const
 
 
 @triton.jit
-def _q4_groups_scaled(part, x_sum, S, Z, r0, r_end, cols, col_mask, N_ALL, GROUP: tl.constexpr,
-                      GROUPS: tl.constexpr, BLOCK_N: tl.constexpr, HAS_ZEROS: tl.constexpr,
-                      EVEN: tl.constexpr):
-    # A tile of GROUPS whole groups: each group's words summed first, then one scale (and
-    # zero) per group and column, where _q4_group_scaled loads and applies one per word.
-    rows_per_group: tl.constexpr = GROUP // 8
-    sums = tl.sum(tl.reshape(part, (GROUPS, rows_per_group, BLOCK_N)), axis=1)
-    groups = r0 // rows_per_group + tl.arange(0, GROUPS)
-    at = groups.to(tl.int64)[:, None] * N_ALL + cols[None, :]
-    mask = (groups * rows_per_group < r_end)[:, None] & col_mask[None, :]
-    if HAS_ZEROS:
-        x_sums = tl.sum(tl.reshape(x_sum, (GROUPS, rows_per_group)), axis=1)
-        zero = _load(Z + at, mask, EVEN).to(tl.float32)
-        sums += (8.0 - zero) * x_sums[:, None]
-    return sums * _load(S + at, mask, EVEN).to(tl.float32)
-
-
-@triton.jit
 def _q4_tile(ptrs, r0, r_end, col_mask, BLOCK_R: tl.constexpr, EVEN: tl.constexpr,
              STREAM: tl.constexpr):
     # Code words of rows r0 .. r0 + BLOCK_R; all zeros once r0 passes r_end (one scalar test,
@@ -442,8 +420,8 @@ def _q4_gemv_kernel(QW, S, Z, X, Y, NORM, BIAS, N, K, N_ALL, eps, MAGIC,
                     HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, ACCUMULATE: tl.constexpr,
                     GATE_UP: tl.constexpr, HAS_ZEROS: tl.constexpr, GROUP: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr, SPLIT_K: tl.constexpr,
-                    GROUPS: tl.constexpr, EVEN: tl.constexpr, WDTYPE: tl.constexpr,
-                    HALF2: tl.constexpr, STREAM: tl.constexpr, PDL: tl.constexpr):
+                    EVEN: tl.constexpr, WDTYPE: tl.constexpr, HALF2: tl.constexpr,
+                    STREAM: tl.constexpr, PDL: tl.constexpr):
     # y = W x for a GPTQ linear, read in GPTQ's own layout: codes [K / 8, N_ALL] (8 inputs of
     # one output per word), scales and zeros [K / GROUP, N_ALL]. A program owns BLOCK_N
     # outputs (columns) and walks down the words BLOCK_R rows at a time; the inputs of a row
@@ -472,10 +450,7 @@ def _q4_gemv_kernel(QW, S, Z, X, Y, NORM, BIAS, N, K, N_ALL, eps, MAGIC,
     rstd = 1.0
     if HAS_NORM:
         rstd = _rstd(X, K, eps, 512)
-    if GROUPS > 0:   # tiles of whole groups: one scale per group (_q4_groups_scaled)
-        acc = tl.zeros([GROUPS, BLOCK_N], dtype=tl.float32)
-    else:
-        acc = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32)
     acc_up = acc
     for r0 in range(r_start, r_end, BLOCK_R):
         rows = r0 + tl.arange(0, BLOCK_R)
@@ -485,22 +460,14 @@ def _q4_gemv_kernel(QW, S, Z, X, Y, NORM, BIAS, N, K, N_ALL, eps, MAGIC,
         w_next = _q4_tile(w_ptrs, r0 + BLOCK_R, r_end, col_mask, BLOCK_R, EVEN, STREAM)
         part, x_sum = _q4_tile_sums(w, rows, X, NORM, rstd, K, HAS_NORM, WDTYPE, MAGIC, HALF2,
                                     EVEN)
-        if GROUPS > 0:
-            acc += _q4_groups_scaled(part, x_sum, S, Z, r0, r_end, cols, col_mask, N_ALL, GROUP,
-                                     GROUPS, BLOCK_N, HAS_ZEROS, EVEN)
-        else:
-            acc += _q4_group_scaled(part, x_sum, S, Z, rows, cols, mask, N_ALL, GROUP,
-                                    HAS_ZEROS, EVEN)
+        acc += _q4_group_scaled(part, x_sum, S, Z, rows, cols, mask, N_ALL, GROUP, HAS_ZEROS,
+                                EVEN)
         if GATE_UP:
             u_next = _q4_tile(w_ptrs + N, r0 + BLOCK_R, r_end, col_mask, BLOCK_R, EVEN, STREAM)
             part, x_sum = _q4_tile_sums(u, rows, X, NORM, rstd, K, True, WDTYPE, MAGIC, HALF2,
                                         EVEN)
-            if GROUPS > 0:
-                acc_up += _q4_groups_scaled(part, x_sum, S, Z, r0, r_end, cols + N, col_mask,
-                                            N_ALL, GROUP, GROUPS, BLOCK_N, HAS_ZEROS, EVEN)
-            else:
-                acc_up += _q4_group_scaled(part, x_sum, S, Z, rows, cols + N, mask, N_ALL,
-                                           GROUP, HAS_ZEROS, EVEN)
+            acc_up += _q4_group_scaled(part, x_sum, S, Z, rows, cols + N, mask, N_ALL, GROUP,
+                                       HAS_ZEROS, EVEN)
     y = tl.sum(acc, axis=0)
     if GATE_UP:
         up = tl.sum(acc_up, axis=0)
@@ -651,16 +618,13 @@ def _q4_gemv(w: PackedLinear, x, y, norm_w, bias, eps, kind, config: KernelConfi
     split_k = cfg.split_k if accumulate else 1
     block_r = cfg.block_k // 8    # word rows per tile
     even = n % cfg.block_n == 0 and (k // 8) % (block_r * split_k) == 0
-    rows_per_group = w.group_size // 8
-    groups = block_r // rows_per_group if config.group_scales and \
-        block_r % rows_per_group == 0 else 0
     _q4_gemv_kernel[(triton.cdiv(n, cfg.block_n), split_k)](
         w.codes, w.scales, w.zeros if w.zeros is not None else w.scales, x, y,
         norm_w if norm_w is not None else x, bias if bias is not None else y, n, k,
         w.codes.shape[1], eps, 0x4B000000, HAS_NORM=norm_w is not None,
         HAS_BIAS=bias is not None, ACCUMULATE=accumulate, GATE_UP=gate_up,
         HAS_ZEROS=w.zeros is not None, GROUP=w.group_size, BLOCK_N=cfg.block_n,
-        BLOCK_R=block_r, SPLIT_K=split_k, GROUPS=groups, EVEN=even, WDTYPE=_TL_DTYPES[w.dtype],
+        BLOCK_R=block_r, SPLIT_K=split_k, EVEN=even, WDTYPE=_TL_DTYPES[w.dtype],
         HALF2=config.half2_path(w.dtype, x.device), STREAM=config.stream(),
         num_warps=cfg.num_warps, **_pdl(x.device))
 
