@@ -7,11 +7,12 @@ per layer, marks the layers; the kernels that repeat with it are the layer's ops
 the rest come before or after the layers. Per op: time summed over layers, DRAM bytes read and
 written, achieved bandwidth, grid size and registers.
 
-    python3 benchmarks/kernel_table.py step.csv --model synthetic:llama-3.1-8b --out table.json
+    python3 benchmarks/kernel_table.py step.csv[.gz] --model synthetic:llama-3.1-8b --out t.json
 """
 
 import argparse
 import csv
+import gzip
 import json
 import statistics
 
@@ -23,7 +24,8 @@ ANCHOR = '_attn_split_kernel'   # one per layer in every graphed step
 
 def read_kernels(path):
     """Rows of ncu's raw page (base units): name, ns, bytes read and written, grid, registers."""
-    with open(path) as f:
+    opener = gzip.open if str(path).endswith('.gz') else open   # stored files are gzipped
+    with opener(path, 'rt') as f:
         lines = [line for line in f if line.startswith('"')]
     rows = list(csv.DictReader(lines))[1:]   # the first row under the header holds units
     kernels = []

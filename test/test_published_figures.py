@@ -69,7 +69,7 @@ def test_readme_measured_table_is_the_protocol_run(label, mode):
 
 
 @pytest.mark.parametrize('label, file, mode', [
-    ('`graphed`, 4-bit', 'stacks_gptq.json', 'graphed'),
+    ('`graphed`, 4-bit', 'gptq_graphed.json', 'graphed'),
     ('`graphed`, the same model in bf16', 'protocol_llama-3.1-8b.json', 'graphed'),
     ('`exllamav2` (stock)', 'stacks_gptq.json', 'exllamav2')])
 def test_readme_quantised_table_is_the_protocol_run(label, file, mode):
@@ -82,8 +82,37 @@ def test_readme_quantised_table_is_the_protocol_run(label, file, mode):
 
 def test_readme_quantised_floor_is_the_protocol_run():
     for text, ctx in zip(row('README.md', 't_floor (W 4.65 GB'), (2048, 16384)):
-        found = protocol_cell('stacks_gptq.json', 'graphed', ctx)
-        assert_rounds_to(text.split()[0], found['t_floor_ms'], f'4-bit t_floor at {ctx}')
+        for file in ('gptq_graphed.json', 'stacks_gptq.json'):   # one floor, both runs
+            found = protocol_cell(file, 'graphed', ctx)
+            assert_rounds_to(text.split()[0], found['t_floor_ms'], f'4-bit t_floor at {ctx}')
+
+
+def test_readme_gptq_and_hf_graphed_sentences_are_their_files():
+    text = ' '.join((ROOT / 'README.md').read_text().split())
+    published = re.search(r'4-bit kernels in \*\*([\d.]+) ms\*\* at ctx 2048 and ([\d.]+) ms at '
+                          r'16384 \(R_floor ([\d.]+)-([\d.]+)', text)
+    assert published, 'the 4-bit sentence of Measured'
+    short, long, r_short, r_long = published.groups()
+    for step, ratio, ctx in ((short, r_short, 2048), (long, r_long, 16384)):
+        found = protocol_cell('gptq_graphed.json', 'graphed', ctx)
+        assert_rounds_to(step, found['step_ms_p50'], f'4-bit graphed at {ctx}')
+        assert_rounds_to(ratio, found['R_floor'], f'4-bit R_floor at {ctx}')
+    retimed = re.search(r're-timed after the fix it took ([\d.]+) ms at ctx 2048', text)
+    assert retimed, 'the hf-graphed sentence of Measured'
+    assert_rounds_to(retimed.group(1), protocol_cell('stacks_attention.json', 'hf-graphed',
+                                                     2048)['step_ms_p50'], 'hf-graphed re-timed')
+
+
+@pytest.mark.parametrize('label, shape', [('Llama-3.2-1B', 'llama-3.2-1b'),
+                                          ('Qwen2.5-1.5B', 'qwen2.5-1.5b'),
+                                          ('Llama-3.2-3B', 'llama-3.2-3b')])
+def test_readme_robot_table_is_its_files(label, shape):
+    floor, step = row('README.md', label, after='Robot-size shapes')
+    found = protocol_cell(f'robots_{shape}.json', 'graphed', 2048)
+    assert_rounds_to(numbers(floor)[0], found['t_floor_ms'], f'{shape} t_floor')
+    step_ms, ratio = numbers(step)
+    assert_rounds_to(step_ms, found['step_ms_p50'], f'{shape} graphed')
+    assert_rounds_to(ratio, found['R_floor'], f'{shape} R_floor')
 
 
 def node_overhead():
@@ -356,17 +385,39 @@ def test_readme_attention_table_is_attention_json(label, backend):
     ('bf16', ('protocol_llama-3.1-8b.json', 'hf', 'hf-graphed', 'graphed')),
     ('bitsandbytes NF4', ('stacks_bnb-nf4.json', 'hf:bnb-nf4', 'hf-graphed:bnb-nf4', None)),
     ('torchao int4', ('stacks_torchao-int4.json', 'hf:torchao-int4',
-                      'hf-graphed:torchao-int4', None))])
+                      'hf-graphed:torchao-int4', None)),
+    ('torchao int8', ('stacks_torchao-int8.json', 'hf:torchao-int8', 'not measured', None))])
 def test_readme_stack_table_is_its_files(label, files):
     file, *modes = files
     for text, mode in zip(row('README.md', label), modes):
         if mode is None:
             assert text == '-'
             continue
+        if mode == 'not measured':
+            assert text.startswith(mode)
+            assert not [c for c in load(H200 / file)['cells'] if c['mode'].startswith('hf-g')]
+            continue
         assert_rounds_to(numbers(text)[0], protocol_cell(file, mode, 2048)['step_ms_p50'],
                          f'{mode} in {file}')
     gptq = row('README.md', 'GPTQ 4-bit')[2]
-    assert_rounds_to(numbers(gptq)[0], protocol_cell('stacks_gptq.json', 'graphed', 2048)[
+    assert_rounds_to(numbers(gptq)[0], protocol_cell('gptq_graphed.json', 'graphed', 2048)[
         'step_ms_p50'], 'GPTQ graphed')
     assert_rounds_to(numbers(gptq)[-1], protocol_cell('stacks_gptq.json', 'exllamav2', 2048)[
         'step_ms_p50'], 'GPTQ exllamav2')
+
+
+@pytest.mark.parametrize('label, stack', [
+    ('`sdpa`', ''), ('`sdpa-cudnn`', ':sdpa-cudnn'), ('`sdpa-math`', ':sdpa-math'),
+    ('`sdpa-flash`', ':sdpa-flash'), ('`sdpa-efficient`', ':sdpa-efficient'),
+    ('`eager`', ':eager'), ('`flex_attention`', ':flex_attention')])
+def test_readme_attention_stack_table_is_stacks_attention_json(label, stack):
+    results = load(H200 / 'stacks_attention.json')
+    unavailable = {u['mode'] for u in results['unavailable']}
+    cells = row('README.md', label, after='Whole steps by attention stack')
+    for text, backend in zip(cells, ('hf', 'hf-graphed')):
+        mode = backend + stack
+        if mode in unavailable:   # a reason, not a figure
+            assert text.startswith(('no kernel', 'not captured')), (mode, text)
+            continue
+        assert_rounds_to(numbers(text)[0], protocol_cell('stacks_attention.json', mode, 2048)[
+            'step_ms_p50'], mode)

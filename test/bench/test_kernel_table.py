@@ -1,5 +1,6 @@
 """benchmarks/kernel_table.py: ncu's raw CSV of one step placed by layer op."""
 
+import gzip
 import importlib.util
 from pathlib import Path
 
@@ -25,10 +26,15 @@ def write_csv(path, names):
     path.write_text('\n'.join(lines) + '\n')
 
 
-def test_layer_ops_are_placed_by_their_position_around_attention(tmp_path):
+@pytest.mark.parametrize('gzipped', [False, True])
+def test_layer_ops_are_placed_by_their_position_around_attention(tmp_path, gzipped):
     names = ['_embed'] + LAYER * 3 + ['_matvec_kernel', '_greedy_finish_kernel']
     write_csv(tmp_path / 'step.csv', names)
-    kernels = kernel_table.read_kernels(tmp_path / 'step.csv')
+    path = tmp_path / 'step.csv'
+    if gzipped:
+        path = tmp_path / 'step.csv.gz'
+        path.write_bytes(gzip.compress((tmp_path / 'step.csv').read_bytes()))
+    kernels = kernel_table.read_kernels(path)
     assert [k['name'] for k in kernels] == names
     rows = {r['op']: r for r in kernel_table.table(kernels, layers=3)}
     assert sorted(rows) == ['layer:0', 'layer:1', 'layer:2', 'layer:3', 'layer:4', 'layer:5',
