@@ -61,7 +61,7 @@ CANDIDATES = {
     'rms_matvec_q4': [GemvConfig(bn, bk, 1, w) for bn, bk, w in
                       itertools.product((8, 16, 32), (256, 512, 1024, 2048), (4, 8))],
     'gate_up_q4': [GemvConfig(bn, bk, 1, w) for bn, bk, w in
-                   itertools.product((16, 32, 64), (128, 256, 512), (4, 8))],
+                   itertools.product((16, 32, 64, 128), (256, 512, 1024), (4, 8))],
     'matvec_add_q4': [GemvConfig(bn, bk, s, w) for bn, bk, s, w in
                       itertools.product((32, 64), (256, 512, 1024), (8, 16), (4, 8))],
 }
