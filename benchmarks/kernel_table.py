@@ -28,17 +28,16 @@ def read_kernels(path):
     with opener(path, 'rt') as f:
         lines = [line for line in f if line.startswith('"')]
     rows = list(csv.DictReader(lines))[1:]   # the first row under the header holds units
-    kernels = []
-    for row in rows:
-        def number(metric):   # ncu writes thousands with commas: "3,968"
-            return float(row[metric].replace(',', ''))
-        kernels.append({'name': row['Kernel Name'].split('(')[0].strip(),
-                        'ns': number('gpu__time_duration.sum'),
-                        'read': number('dram__bytes_read.sum'),
-                        'write': number('dram__bytes_write.sum'),
-                        'grid': row.get('launch__grid_size', ''),
-                        'registers': row.get('launch__registers_per_thread', '')})
-    return kernels
+    return [{'name': row['Kernel Name'].split('(')[0].strip(),
+             'ns': _number(row, 'gpu__time_duration.sum'),
+             'read': _number(row, 'dram__bytes_read.sum'),
+             'write': _number(row, 'dram__bytes_write.sum'),
+             'grid': row.get('launch__grid_size', ''),
+             'registers': row.get('launch__registers_per_thread', '')} for row in rows]
+
+
+def _number(row, metric):
+    return float(row[metric].replace(',', ''))   # ncu writes thousands with commas: "3,968"
 
 
 def roles(names, layers):

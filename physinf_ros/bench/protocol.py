@@ -77,8 +77,8 @@ class Plan:
 
     def unrunnable(self, device) -> Dict[str, str]:
         """Return why modes cannot run on device (a stack's package or CUDA missing), by mode."""
-        reasons = {mode: missing(backends.stack_of(mode), device)
-                   for mode in self.modes if backends.stack_of(mode)}
+        stacks = {mode: backends.stack_of(mode) for mode in self.modes}
+        reasons = {mode: missing(stack, device) for mode, stack in stacks.items() if stack}
         return {mode: reason for mode, reason in reasons.items() if reason}
 
     @property
