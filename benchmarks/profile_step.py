@@ -18,8 +18,8 @@ import argparse
 import json
 import time
 
+from engine_compare import kernel_config_from_args
 from physinf_ros.engine import load, Sampling
-from physinf_ros.engine.kernels import KernelConfig
 import torch
 from torch.profiler import profile, ProfilerActivity
 
@@ -31,16 +31,15 @@ def main(argv=None):
     parser.add_argument('--steps', type=int, default=20)
     parser.add_argument('--tuning', help='kernel_sweep.py output: its launch shapes over '
                         'those of config/kernels.yaml')
+    parser.add_argument('--kernel-flag', action='append', default=[], metavar='NAME=VALUE',
+                        help='set a switch or number of the kernel configuration (an A/B arm)')
     parser.add_argument('--ncu-step', action='store_true',
                         help='only mark one warm step as the profiled range (run under ncu)')
     parser.add_argument('--out', help='where the JSON goes (not with --ncu-step)')
     args = parser.parse_args(argv)
     if not args.ncu_step and not args.out:
         parser.error('--out is required unless --ncu-step')
-    kernel_config = KernelConfig.for_device(torch.device('cuda'))
-    if args.tuning:
-        with open(args.tuning) as f:
-            kernel_config = kernel_config.with_tuning(json.load(f)['tuning'])
+    kernel_config = kernel_config_from_args(args, parser)
     engine = load(args.model, backend='graphed', max_context=args.ctx + 2 * args.steps + 16,
                   kernel_config=kernel_config)
     decoder = engine.decoder

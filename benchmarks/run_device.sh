@@ -11,6 +11,10 @@
 #              PROFILE_CONTEXTS (default 2048 16384): wall time, kernels and gaps from the CUDA
 #              profiler (benchmarks/profile_step.py), then each kernel alone under Nsight Compute
 #              (time, DRAM bytes, grid), tabled per layer op by benchmarks/kernel_table.py
+#   sections   Nsight Compute's full sections (speed of light, occupancy, warp stalls, scheduler,
+#              memory, instructions) for the first NCU_COUNT kernels of one graphed step of
+#              NCU_MODEL at ctx 2048 whose names match the regex NCU_KERNELS; --kernel-flag
+#              NAME=VALUE from NCU_FLAGS
 #   stacktests the GPU tests of the stacks (test/engine/test_stacks_gpu.py) only
 #   bench      the paper's protocol (physinf-bench): the three synthetic architectures,
 #              eager vs graphed, contexts 2048-16384, 10 fresh sessions
@@ -125,6 +129,16 @@ dram__bytes_write.sum,launch__grid_size,launch__registers_per_thread \
           head -n 14 "$WORK/kernels_$tag.md"
         done
       done;;
+    sections)
+      tag=$(echo "${NCU_MODEL:-synthetic:llama-3.1-8b:gptq}" | sed 's/^synthetic://; s/:/-/g')
+      flags=(); for flag in ${NCU_FLAGS:-}; do flags+=(--kernel-flag "$flag"); done
+      TAIL=2 run sections_$tag 300 ncu --profile-from-start off --clock-control none \
+        -k "regex:${NCU_KERNELS:-_q4_gemv_kernel}" --launch-count "${NCU_COUNT:-4}" \
+        --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+        --section ComputeWorkloadAnalysis --section InstructionStats --csv --page details \
+        python3 benchmarks/profile_step.py --ncu-step --model "${NCU_MODEL:-synthetic:llama-3.1-8b:gptq}" \
+        --ctx 2048 "${flags[@]}";;
     stacktests)
       TAIL=30 run stack_tests "${TESTS_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider -rs -s \
         test/engine/test_stacks_gpu.py;;

@@ -13,10 +13,11 @@ step has few launches:
 GPTQ 4-bit linears (PackedLinear) take the same roles through _q4_gemv_kernel, which reads
 GPTQ's own layout. `pos` is read on the device, so one captured graph serves every position.
 On Hopper every kernel is launched with programmatic dependent launch (PDL): it is scheduled
-while its predecessor drains, reads its first weight tile, and only then waits for the
-predecessor's results, which hides most of the gap between the ~200 kernels of a step. Weight
-loads carry the evict-first L2 hint: every weight is read once per step. With
-TRITON_INTERPRET=1 the same kernels run on the CPU, which is how CI checks them.
+while its predecessor drains, reads its first weight tile (attention: its first cached keys
+and values), and only then waits for the predecessor's results, which hides most of the gap
+between the ~200 kernels of a step. Weight loads carry the evict-first L2 hint: every weight
+is read once per step. With TRITON_INTERPRET=1 the same kernels run on the CPU, which is how
+CI checks them.
 """
 
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -312,27 +313,31 @@ def _nibble_term(words, x, MAGIC, SHIFT: tl.constexpr):
 
 
 # One word's sum_j (code_j - 8) * x_j in packed half2 arithmetic, as exllamav2 does it: each
-# LOP3 drops nibbles j and j + 4 into the mantissas of two fp16 1024.0s (1024 + code, exact),
-# one subtraction of 1032 per pair, one HFMA2 per pair with (x_j, x_j+4): 2 codes per
-# instruction where the float32 path does 1. The 8 products are summed in fp16 (about 3
-# significant decimal digits), then in float32.
+# LOP3 drops nibbles j and j + 4 of the word into the mantissas of two fp16 1024.0s, and one
+# half2 operation per pair makes them code - 8 exactly; one HFMA2 per pair with (x_j, x_j+4):
+# 2 codes per instruction where the float32 path does 1. Nibbles 0, 4 (bits 0-3, 16-19) give
+# 1024 + code, less 1032. Nibbles 1, 5 are masked in place (bits 4-7, 20-23), giving
+# 1024 + 16 code, and one HFMA2 by 1/16 minus 72 gives code - 8: one shift of the word by 8
+# serves nibbles 2, 6 and 3, 7 the same way, where a shift per pair cost 2 more instructions
+# per word (docs/PERF.md, v9a). The 8 products are summed in fp16 (about 3 significant decimal
+# digits), then in float32.
 _HALF2_DOT = tl.constexpr("""
 {
-.reg .b32 c0, c1, c2, c3, s, m, h;
+.reg .b32 c0, c1, c2, c3, s, m, d, e, h;
 .reg .f16 lo, hi;
 .reg .f32 flo, fhi;
 mov.b32 m, 0x64086408;
+mov.b32 d, 0x2C002C00;
+mov.b32 e, 0xD480D480;
 lop3.b32 c0, $1, 0x000F000F, 0x64006400, 0xEA;
-shr.u32 s, $1, 4;
-lop3.b32 c1, s, 0x000F000F, 0x64006400, 0xEA;
+lop3.b32 c1, $1, 0x00F000F0, 0x64006400, 0xEA;
 shr.u32 s, $1, 8;
 lop3.b32 c2, s, 0x000F000F, 0x64006400, 0xEA;
-shr.u32 s, $1, 12;
-lop3.b32 c3, s, 0x000F000F, 0x64006400, 0xEA;
+lop3.b32 c3, s, 0x00F000F0, 0x64006400, 0xEA;
 sub.f16x2 c0, c0, m;
-sub.f16x2 c1, c1, m;
+fma.rn.f16x2 c1, c1, d, e;
 sub.f16x2 c2, c2, m;
-sub.f16x2 c3, c3, m;
+fma.rn.f16x2 c3, c3, d, e;
 mul.rn.f16x2 h, c0, $2;
 fma.rn.f16x2 h, c1, $3, h;
 fma.rn.f16x2 h, c2, $4, h;
@@ -428,7 +433,8 @@ def _q4_gemv_kernel(QW, S, Z, X, Y, NORM, BIAS, N, K, N_ALL, eps, MAGIC,
     # are the same for every column, so a thread loads each x once for its 4 columns, and
     # the sums stay per column until one reduction at the end. GATE_UP: the columns n of
     # gate and n + N of up, with SiLU(gate) * up out.
-    # The GPU issues ~4 instructions per code, so arithmetic, not memory, bounds this kernel.
+    # The GPU issues ~3 instructions per code (SASS of the gate/up loop: 777 per 256 codes a
+    # thread), so instruction issue, not memory alone, bounds this kernel.
     # HALF2 (16-bit models): _HALF2_DOT, 2 codes per instruction. Float32 (exact): nibble j
     # masked in place (code << 4 j) and OR-ed into the mantissa of 2^23 (one LOP3; MAGIC =
     # 2^23's bits, an argument so that it sits in a register), one float subtraction of
@@ -506,53 +512,70 @@ def _rotated(X, rows, row_mask, pos, COS, SIN, D: tl.constexpr, DTYPE: tl.conste
 
 
 @triton.jit
+def _kv_tile(KC, VC, base, t0, end, D: tl.constexpr, BLOCK_T: tl.constexpr):
+    # Keys and values of positions t0 .. t0 + BLOCK_T (none at or past end: no memory read).
+    t = t0 + tl.arange(0, BLOCK_T)
+    offsets = base + t[:, None] * D + tl.arange(0, D)[None, :]
+    inside = (t < end)[:, None]
+    return (tl.load(KC + offsets, mask=inside, other=0.0),
+            tl.load(VC + offsets, mask=inside, other=0.0))
+
+
+@triton.jit
 def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, max_context, scale,
                        group, num_heads, kv_heads, D: tl.constexpr, GROUP_P: tl.constexpr,
                        BLOCK_T: tl.constexpr, SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr,
                        DOT: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
     # Each program rotates its group's queries itself, and the split that holds the new
-    # position rotates its key and stores key and value in the cache before it reads: RoPE
-    # and the cache write cost no kernel of their own.
-    _grid_sync(PDL)   # in every program, also those with no keys: the chain of waits must hold
+    # position rotates its key and stores key and value in the cache: RoPE and the cache write
+    # cost no kernel of their own. The new key and value also replace row pos of the tiles in
+    # registers, so no load has to wait for the store.
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
+    # pos was advanced by the previous step and the cache before it written by earlier ones:
+    # both can be read before the wait, so the first keys are in flight while QKV drains.
     length = tl.load(POS).to(tl.int32) + 1
     chunk = _chunk(length, SPLITS, MIN_CHUNK, BLOCK_T)
     start = split * chunk
+    end = tl.minimum(start + chunk, length)
+    base = kv_head.to(tl.int64) * max_context * D
+    k_next, v_next = _kv_tile(KC, VC, base, start, end, D, BLOCK_T)
+    _grid_sync(PDL)   # in every program, also those with no keys: the chain of waits must hold
     if start < length:
-        end = tl.minimum(start + chunk, length)
         g = tl.arange(0, GROUP_P)
         d = tl.arange(0, D)
         g_mask = g < group
         pos = length - 1
         q = _rotated(QKV, kv_head * group + g, g_mask, pos, COS, SIN, D,
                      KC.dtype.element_ty).to(DOT)
+        k_new = tl.zeros([D], dtype=KC.dtype.element_ty)
+        v_new = tl.zeros([D], dtype=VC.dtype.element_ty)
         if end == length:
-            slot = (kv_head.to(tl.int64) * max_context + pos) * D
             first = g < 1   # the key is one row: rotate it in the queries' tile shape
-            k_new = _rotated(QKV, num_heads + kv_head + g * 0, first, pos, COS, SIN, D,
-                             KC.dtype.element_ty)
-            tl.store(KC + slot + g[:, None] * 0 + d[None, :], k_new.to(KC.dtype.element_ty),
-                     mask=first[:, None])
-            v_new = tl.load(QKV + (num_heads + kv_heads + kv_head) * D + d)
-            tl.store(VC + slot + d, v_new.to(VC.dtype.element_ty))
-            tl.debug_barrier()   # the stores are visible to the whole program's loads
-        base = kv_head.to(tl.int64) * max_context * D
+            k_rows = _rotated(QKV, num_heads + kv_head + g * 0, first, pos, COS, SIN, D,
+                              KC.dtype.element_ty)
+            k_new = tl.sum(tl.where(first[:, None], k_rows, 0.0), axis=0).to(KC.dtype.element_ty)
+            v_new = tl.load(QKV + (num_heads + kv_heads + kv_head) * D + d).to(
+                VC.dtype.element_ty)
+            slot = (kv_head.to(tl.int64) * max_context + pos) * D
+            tl.store(KC + slot + d, k_new)
+            tl.store(VC + slot + d, v_new)
         m_i = tl.full([GROUP_P], float('-inf'), dtype=tl.float32)
         l_i = tl.zeros([GROUP_P], dtype=tl.float32)
         acc = tl.zeros([GROUP_P, D], dtype=tl.float32)
         for t0 in range(start, end, BLOCK_T):
             t = t0 + tl.arange(0, BLOCK_T)
             t_mask = t < end
-            offsets = base + t[:, None] * D + d[None, :]
-            k = tl.load(KC + offsets, mask=t_mask[:, None], other=0.0).to(DOT)
+            is_new = (t == pos)[:, None]
+            k = tl.where(is_new, k_new[None, :], k_next).to(DOT)
+            v = tl.where(is_new, v_new[None, :], v_next).to(DOT)
+            k_next, v_next = _kv_tile(KC, VC, base, t0 + BLOCK_T, end, D, BLOCK_T)
             s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=tl.float32) * scale
             s = tl.where(t_mask[None, :], s, float('-inf'))
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
             alpha = tl.exp(m_i - m_new)
             p = tl.exp(s - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
-            v = tl.load(VC + offsets, mask=t_mask[:, None], other=0.0).to(DOT)
             acc = acc * alpha[:, None] + tl.dot(p.to(DOT), v, input_precision=PRECISION,
                                                 out_dtype=tl.float32)
             m_i = m_new
