@@ -40,6 +40,10 @@
 #              another process sees it, against physinf-generate's step, 8B and 135M shapes
 #   protocol   physinf-bench on the synthetic Llama-3.1-8B: hf, hf-graphed, eager, graphed at ctx
 #              2048 and 16384, 5 fresh sessions (README's measured table)
+#   paired     the protocol (graphed) on this tree and on a base that differs only in its
+#              kernels.py, carried as .carry/kernels_base.py (git show REV:physinf_ros/engine/
+#              kernels.py), in PAIRED_ROUNDS interleaved rounds on one machine: an A/B of code,
+#              not of flags, with the machine held fixed. PAIRED_MODELS, PAIRED_CONTEXTS
 #   robotsweep kernel_sweep.py's bf16 GEMV launch shapes on the robot-size shapes (no attention)
 #   robots     physinf-bench on the robot-size shapes (Llama-3.2-1B, Qwen2.5-1.5B, Llama-3.2-3B),
 #              eager vs graphed (ROBOT_MODES) at ctx 2048, 3 fresh sessions
@@ -211,6 +215,22 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
       TAIL=10 run protocol "${BENCH_LIMIT:-240}" python3 -m physinf_ros.bench.cli \
         --model synthetic:llama-3.1-8b --modes hf,hf-graphed,eager,graphed \
         --contexts 2048,16384 --sessions 5 --out "$WORK/protocol_llama-3.1-8b.json";;
+    paired)
+      base=/tmp/paired_base
+      rm -rf $base && mkdir -p $base && cp -r physinf_ros config $base/ \
+        && cp .carry/kernels_base.py $base/physinf_ros/engine/kernels.py
+      for round in $(seq "${PAIRED_ROUNDS:-2}"); do
+        for arm in new base; do
+          dir=$PWD; [ $arm = base ] && dir=$base
+          for model in ${PAIRED_MODELS:-synthetic:llama-3.1-8b:gptq}; do
+            tag=${arm}${round}_$(echo "${model#synthetic:}" | tr ':' '-')
+            (cd "$dir" && export PYTHONPATH=$dir:/tmp/site && TAIL=1 run paired_$tag 200 \
+              python3 -m physinf_ros.bench.cli --model "$model" --modes graphed \
+              --contexts "${PAIRED_CONTEXTS:-2048,16384}" --sessions 3 \
+              --out "$WORK/paired_$tag.json")
+          done
+        done
+      done;;
     robotsweep)
       for arch in llama-3.2-1b qwen2.5-1.5b llama-3.2-3b; do
         TAIL=8 run sweep_$arch "${SWEEP_LIMIT:-150}" python3 benchmarks/kernel_sweep.py \

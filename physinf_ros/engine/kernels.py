@@ -512,13 +512,17 @@ def _rotated(X, rows, row_mask, pos, COS, SIN, D: tl.constexpr, DTYPE: tl.conste
 
 
 @triton.jit
-def _kv_tile(KC, VC, base, t0, end, D: tl.constexpr, BLOCK_T: tl.constexpr):
-    # Keys and values of positions t0 .. t0 + BLOCK_T (none at or past end: no memory read).
-    t = t0 + tl.arange(0, BLOCK_T)
-    offsets = base + t[:, None] * D + tl.arange(0, D)[None, :]
-    inside = (t < end)[:, None]
-    return (tl.load(KC + offsets, mask=inside, other=0.0),
-            tl.load(VC + offsets, mask=inside, other=0.0))
+def _attend(q, k, v, t_mask, m_i, l_i, acc, scale, DOT: tl.constexpr, PRECISION: tl.constexpr):
+    # One tile of keys and values into the running softmax (max m_i, sum l_i, acc).
+    s = tl.dot(q, tl.trans(k.to(DOT)), input_precision=PRECISION, out_dtype=tl.float32) * scale
+    s = tl.where(t_mask[None, :], s, float('-inf'))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    alpha = tl.exp(m_i - m_new)
+    p = tl.exp(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(DOT), v.to(DOT), input_precision=PRECISION,
+                                        out_dtype=tl.float32)
+    return m_new, l_i, acc
 
 
 @triton.jit
@@ -527,23 +531,26 @@ def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, max_context
                        BLOCK_T: tl.constexpr, SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr,
                        DOT: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
     # Each program rotates its group's queries itself, and the split that holds the new
-    # position rotates its key and stores key and value in the cache: RoPE and the cache write
-    # cost no kernel of their own. The new key and value also replace row pos of the tiles in
-    # registers, so no load has to wait for the store.
+    # position rotates its key and stores key and value in the cache before its loop reads:
+    # RoPE and the cache write cost no kernel of their own.
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
+    d = tl.arange(0, D)
     # pos was advanced by the previous step and the cache before it written by earlier ones:
-    # both can be read before the wait, so the first keys are in flight while QKV drains.
+    # the first tile of keys and values is read before the wait, while QKV drains. Row pos
+    # of it is stale until this program stores the new key: it is replaced in registers.
     length = tl.load(POS).to(tl.int32) + 1
     chunk = _chunk(length, SPLITS, MIN_CHUNK, BLOCK_T)
     start = split * chunk
     end = tl.minimum(start + chunk, length)
     base = kv_head.to(tl.int64) * max_context * D
-    k_next, v_next = _kv_tile(KC, VC, base, start, end, D, BLOCK_T)
+    t = start + tl.arange(0, BLOCK_T)
+    first_tile = base + t[:, None] * D + d[None, :]
+    k_first = tl.load(KC + first_tile, mask=(t < end)[:, None], other=0.0)
+    v_first = tl.load(VC + first_tile, mask=(t < end)[:, None], other=0.0)
     _grid_sync(PDL)   # in every program, also those with no keys: the chain of waits must hold
     if start < length:
         g = tl.arange(0, GROUP_P)
-        d = tl.arange(0, D)
         g_mask = g < group
         pos = length - 1
         q = _rotated(QKV, kv_head * group + g, g_mask, pos, COS, SIN, D,
@@ -560,25 +567,23 @@ def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, max_context
             slot = (kv_head.to(tl.int64) * max_context + pos) * D
             tl.store(KC + slot + d, k_new)
             tl.store(VC + slot + d, v_new)
-        m_i = tl.full([GROUP_P], float('-inf'), dtype=tl.float32)
-        l_i = tl.zeros([GROUP_P], dtype=tl.float32)
-        acc = tl.zeros([GROUP_P, D], dtype=tl.float32)
-        for t0 in range(start, end, BLOCK_T):
+            tl.debug_barrier()   # the stores are visible to the whole program's later loads
+        is_new = (t == pos)[:, None]
+        k_first = tl.where(is_new, k_new[None, :], k_first)
+        v_first = tl.where(is_new, v_new[None, :], v_first)
+        m_i, l_i, acc = _attend(q, k_first, v_first, t < end,
+                                tl.full([GROUP_P], float('-inf'), dtype=tl.float32),
+                                tl.zeros([GROUP_P], dtype=tl.float32),
+                                tl.zeros([GROUP_P, D], dtype=tl.float32), scale, DOT, PRECISION)
+        # The rest in a plain loop of loads, which Triton pipelines through shared memory
+        # (cp.async); tiles carried in registers instead lost at long contexts (PERF.md, v9b).
+        for t0 in range(start + BLOCK_T, end, BLOCK_T):
             t = t0 + tl.arange(0, BLOCK_T)
             t_mask = t < end
-            is_new = (t == pos)[:, None]
-            k = tl.where(is_new, k_new[None, :], k_next).to(DOT)
-            v = tl.where(is_new, v_new[None, :], v_next).to(DOT)
-            k_next, v_next = _kv_tile(KC, VC, base, t0 + BLOCK_T, end, D, BLOCK_T)
-            s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=tl.float32) * scale
-            s = tl.where(t_mask[None, :], s, float('-inf'))
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))
-            alpha = tl.exp(m_i - m_new)
-            p = tl.exp(s - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, axis=1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(DOT), v, input_precision=PRECISION,
-                                                out_dtype=tl.float32)
-            m_i = m_new
+            offsets = base + t[:, None] * D + d[None, :]
+            k = tl.load(KC + offsets, mask=t_mask[:, None], other=0.0)
+            v = tl.load(VC + offsets, mask=t_mask[:, None], other=0.0)
+            m_i, l_i, acc = _attend(q, k, v, t_mask, m_i, l_i, acc, scale, DOT, PRECISION)
         out = (kv_head * SPLITS + split) * GROUP_P + g
         tl.store(MAXS + out, m_i, mask=g_mask)
         tl.store(SUMS + out, l_i, mask=g_mask)
