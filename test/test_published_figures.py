@@ -115,6 +115,27 @@ def test_readme_robot_table_is_its_files(label, shape):
     assert_rounds_to(ratio, found['R_floor'], f'{shape} R_floor')
 
 
+def paired_mean(arm, shape, ctx):
+    """Mean of an arm's session medians over its two rounds in paired_s7/."""
+    files = [H200 / 'paired_s7' / f'{arm}{r}_{shape}.json' for r in (1, 2)]
+    medians = [m for file in files for c in load(file)['cells'] if c['ctx'] == ctx
+               for m in c['session_median_ms']]
+    assert len(medians) == 6, (arm, shape, ctx)
+    return sum(medians) / len(medians)
+
+
+@pytest.mark.parametrize('label, shape', [('Llama-3.2-1B', 'llama-3.2-1b'),
+                                          ('Qwen2.5-1.5B', 'qwen2.5-1.5b'),
+                                          ('Llama-3.1-8B, bf16', 'llama-3.1-8b'),
+                                          ('Llama-3.1-8B, GPTQ', 'llama-3.1-8b-gptq')])
+def test_readme_paired_table_is_its_files(label, shape):
+    cells = row('README.md', label, after="Session 7's kernels against")
+    for text, ctx in zip(cells, (2048, 16384)):
+        before, after = numbers(text)
+        assert_rounds_to(before, paired_mean('base', shape, ctx), f'{shape} base at {ctx}')
+        assert_rounds_to(after, paired_mean('new', shape, ctx), f'{shape} new at {ctx}')
+
+
 def node_overhead():
     return {s['shape']: s for s in load(H200 / 'node_overhead.json')['shapes']}
 
