@@ -43,7 +43,8 @@
 #   paired     the protocol (graphed) on this tree and on a base that differs only in its
 #              kernels.py, carried as .carry/kernels_base.py (git show REV:physinf_ros/engine/
 #              kernels.py), in PAIRED_ROUNDS interleaved rounds on one machine: an A/B of code,
-#              not of flags, with the machine held fixed. PAIRED_MODELS, PAIRED_CONTEXTS
+#              not of flags, with the machine held fixed. PAIRED_MODELS, PAIRED_CONTEXTS;
+#              benchmarks/paired_summary.py prints new / base per cell at the end
 #   robotsweep kernel_sweep.py's bf16 GEMV launch shapes on the robot-size shapes (no attention)
 #   robots     physinf-bench on the robot-size shapes (Llama-3.2-1B, Qwen2.5-1.5B, Llama-3.2-3B),
 #              eager vs graphed (ROBOT_MODES) at ctx 2048, 3 fresh sessions
@@ -230,7 +231,9 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
               --out "$WORK/paired_$tag.json")
           done
         done
-      done;;
+      done
+      mkdir -p "$WORK/paired" && for f in "$WORK"/paired_*.json; do cp "$f" "$WORK/paired/${f##*/paired_}"; done
+      python3 benchmarks/paired_summary.py "$WORK/paired" | tee "$WORK/paired_summary.md";;
     robotsweep)
       for arch in llama-3.2-1b qwen2.5-1.5b llama-3.2-3b; do
         TAIL=8 run sweep_$arch "${SWEEP_LIMIT:-150}" python3 benchmarks/kernel_sweep.py \

@@ -5,6 +5,7 @@ A figure that drifts from its file (a re-run that changed one, a hand edit) fail
 results file replaced without its figures being updated fails too.
 """
 
+import importlib.util
 import json
 from pathlib import Path
 import re
@@ -115,13 +116,13 @@ def test_readme_robot_table_is_its_files(label, shape):
     assert_rounds_to(ratio, found['R_floor'], f'{shape} R_floor')
 
 
-def paired_mean(arm, shape, ctx):
-    """Mean of an arm's session medians over its two rounds in paired_s7/."""
-    files = [H200 / 'paired_s7' / f'{arm}{r}_{shape}.json' for r in (1, 2)]
-    medians = [m for file in files for c in load(file)['cells'] if c['ctx'] == ctx
-               for m in c['session_median_ms']]
-    assert len(medians) == 6, (arm, shape, ctx)
-    return sum(medians) / len(medians)
+def paired_rows():
+    """benchmarks/paired_summary.py's rows for paired_s7/, by (model tag, ctx)."""
+    script = ROOT / 'benchmarks' / 'paired_summary.py'
+    spec = importlib.util.spec_from_file_location('paired_summary', script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return {(r['model'], r['ctx']): r for r in module.summarise(H200 / 'paired_s7')}
 
 
 @pytest.mark.parametrize('label, shape', [('Llama-3.2-1B', 'llama-3.2-1b'),
@@ -129,11 +130,14 @@ def paired_mean(arm, shape, ctx):
                                           ('Llama-3.1-8B, bf16', 'llama-3.1-8b'),
                                           ('Llama-3.1-8B, GPTQ', 'llama-3.1-8b-gptq')])
 def test_readme_paired_table_is_its_files(label, shape):
+    rows = paired_rows()
     cells = row('README.md', label, after="Session 7's kernels against")
     for text, ctx in zip(cells, (2048, 16384)):
         before, after = numbers(text)
-        assert_rounds_to(before, paired_mean('base', shape, ctx), f'{shape} base at {ctx}')
-        assert_rounds_to(after, paired_mean('new', shape, ctx), f'{shape} new at {ctx}')
+        found = rows[(shape, ctx)]
+        assert found['pairs'] == 6, found
+        assert_rounds_to(before, found['base_ms'], f'{shape} base at {ctx}')
+        assert_rounds_to(after, found['new_ms'], f'{shape} new at {ctx}')
 
 
 def node_overhead():

@@ -1,0 +1,70 @@
+"""
+Summarise a paired run (`benchmarks/run_device.sh paired`): this tree against a base, per cell.
+
+The stage writes one protocol file per arm, round and model: `{new,base}{round}_{tag}.json`.
+Session slot s of round r is paired across the arms (the same place in the interleaving, so
+drift on the machine touches both alike). Per model and context this prints each arm's mean of
+its session medians, the difference, and new / base with its paired bootstrap interval:
+
+    python3 benchmarks/paired_summary.py benchmarks/results/h200/paired_s7
+"""
+
+import argparse
+from collections import defaultdict
+import json
+from pathlib import Path
+import re
+
+from physinf_ros.measurement.stats import bootstrap_ratio_ci
+
+FILE = re.compile(r'(new|base)(\d+)_(.+)\.json')
+
+
+def session_medians(folder: Path) -> dict:
+    """{(tag, ctx): {arm: {(round, slot): session median ms}}} from a paired run's files."""
+    cells = defaultdict(lambda: defaultdict(dict))
+    for path in sorted(folder.glob('*.json')):
+        match = FILE.fullmatch(path.name)
+        if not match:
+            continue
+        arm, round_, tag = match.groups()
+        for cell in json.loads(path.read_text())['cells']:
+            for slot, median in enumerate(cell['session_median_ms']):
+                cells[(tag, cell['ctx'])][arm][(int(round_), slot)] = median
+    return cells
+
+
+def summarise(folder: Path) -> list:
+    """One row per (model tag, ctx): both arms' means, new - base, new / base with its CI."""
+    rows = []
+    for (tag, ctx), arms in sorted(session_medians(folder).items()):
+        slots = sorted(set(arms['new']) & set(arms['base']))
+        new = [arms['new'][s] for s in slots]
+        base = [arms['base'][s] for s in slots]
+        ratio, low, high = bootstrap_ratio_ci(new, base)
+        rows.append({'model': tag, 'ctx': ctx, 'pairs': len(slots),
+                     'base_ms': sum(base) / len(base), 'new_ms': sum(new) / len(new),
+                     'ratio': ratio, 'ratio_ci95': [low, high]})
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('folder', type=Path, help="the paired run's files")
+    parser.add_argument('--json', action='store_true', help='print the rows as JSON')
+    args = parser.parse_args(argv)
+    rows = summarise(args.folder)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return
+    print('| model | ctx | pairs | base ms | new ms | new - base | new / base [95% CI] |')
+    print('|---|---|---|---|---|---|---|')
+    for r in rows:
+        low, high = r['ratio_ci95']
+        print(f"| {r['model']} | {r['ctx']} | {r['pairs']} | {r['base_ms']:.3f} | "
+              f"{r['new_ms']:.3f} | {r['new_ms'] - r['base_ms']:+.3f} | "
+              f"{r['ratio']:.3f} [{low:.3f}, {high:.3f}] |")
+
+
+if __name__ == '__main__':
+    main()
