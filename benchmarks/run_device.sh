@@ -135,15 +135,15 @@ dram__bytes_write.sum,launch__grid_size,launch__registers_per_thread \
         done
       done;;
     sections)
-      tag=$(echo "${NCU_MODEL:-synthetic:llama-3.1-8b:gptq}" | sed 's/^synthetic://; s/:/-/g')
+      model=${NCU_MODEL:-synthetic:llama-3.1-8b:gptq}
+      tag=$(echo "${model#synthetic:}" | tr ':' '-')
       flags=(); for flag in ${NCU_FLAGS:-}; do flags+=(--kernel-flag "$flag"); done
       TAIL=2 run sections_$tag 300 ncu --profile-from-start off --clock-control none \
         -k "regex:${NCU_KERNELS:-_q4_gemv_kernel}" --launch-count "${NCU_COUNT:-4}" \
         --section SpeedOfLight --section Occupancy --section LaunchStats \
         --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
         --section ComputeWorkloadAnalysis --section InstructionStats --csv --page details \
-        python3 benchmarks/profile_step.py --ncu-step --model "${NCU_MODEL:-synthetic:llama-3.1-8b:gptq}" \
-        --ctx 2048 "${flags[@]}";;
+        python3 benchmarks/profile_step.py --ncu-step --model "$model" --ctx 2048 "${flags[@]}";;
     stacktests)
       TAIL=30 run stack_tests "${TESTS_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider -rs -s \
         test/engine/test_stacks_gpu.py;;
@@ -218,7 +218,7 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
         --contexts 2048,16384 --sessions 5 --out "$WORK/protocol_llama-3.1-8b.json";;
     paired)
       base=/tmp/paired_base
-      rm -rf $base && mkdir -p $base && cp -r physinf_ros config $base/ \
+      rm -rf $base && mkdir -p $base "$WORK/paired" && cp -r physinf_ros config $base/ \
         && cp .carry/kernels_base.py $base/physinf_ros/engine/kernels.py
       for round in $(seq "${PAIRED_ROUNDS:-2}"); do
         for arm in new base; do
@@ -228,11 +228,10 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
             (cd "$dir" && export PYTHONPATH=$dir:/tmp/site && TAIL=1 run paired_$tag 200 \
               python3 -m physinf_ros.bench.cli --model "$model" --modes graphed \
               --contexts "${PAIRED_CONTEXTS:-2048,16384}" --sessions 3 \
-              --out "$WORK/paired_$tag.json")
+              --out "$WORK/paired/$tag.json")
           done
         done
       done
-      mkdir -p "$WORK/paired" && for f in "$WORK"/paired_*.json; do cp "$f" "$WORK/paired/${f##*/paired_}"; done
       python3 benchmarks/paired_summary.py "$WORK/paired" | tee "$WORK/paired_summary.md";;
     robotsweep)
       for arch in llama-3.2-1b qwen2.5-1.5b llama-3.2-3b; do

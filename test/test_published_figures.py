@@ -5,11 +5,11 @@ A figure that drifts from its file (a re-run that changed one, a hand edit) fail
 results file replaced without its figures being updated fails too.
 """
 
-import importlib.util
 import json
 from pathlib import Path
 import re
 
+from benchmark_scripts import benchmark_script
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,11 +118,8 @@ def test_readme_robot_table_is_its_files(label, shape):
 
 def paired_rows():
     """benchmarks/paired_summary.py's rows for paired_s7/, by (model tag, ctx)."""
-    script = ROOT / 'benchmarks' / 'paired_summary.py'
-    spec = importlib.util.spec_from_file_location('paired_summary', script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return {(r['model'], r['ctx']): r for r in module.summarise(H200 / 'paired_s7')}
+    rows = benchmark_script('paired_summary').summarise(H200 / 'paired_s7')
+    return {(r['model'], r['ctx']): r for r in rows}
 
 
 @pytest.mark.parametrize('label, shape', [('Llama-3.2-1B', 'llama-3.2-1b'),

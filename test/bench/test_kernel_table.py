@@ -1,15 +1,11 @@
 """benchmarks/kernel_table.py: ncu's raw CSV of one step placed by layer op."""
 
 import gzip
-import importlib.util
-from pathlib import Path
 
+from benchmark_scripts import benchmark_script
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / 'benchmarks' / 'kernel_table.py'
-spec = importlib.util.spec_from_file_location('kernel_table', SCRIPT)
-kernel_table = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(kernel_table)
+kernel_table = benchmark_script('kernel_table')
 
 LAYER = ['_matvec_kernel', '_attn_split_kernel', '_attn_reduce_kernel', '_matvec_kernel',
          '_gate_up_kernel', '_matvec_kernel']

@@ -1,13 +1,10 @@
 """benchmarks/paired_summary.py: a paired run's files summarised per model and context."""
 
-import importlib.util
 import json
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / 'benchmarks' / 'paired_summary.py'
-spec = importlib.util.spec_from_file_location('paired_summary', SCRIPT)
-paired_summary = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(paired_summary)
+from benchmark_scripts import benchmark_script
+
+paired_summary = benchmark_script('paired_summary')
 
 
 def write(folder, name, medians_by_ctx):
