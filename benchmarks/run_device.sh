@@ -14,7 +14,8 @@
 #   sections   Nsight Compute's full sections (speed of light, occupancy, warp stalls, scheduler,
 #              memory, instructions) for the first NCU_COUNT kernels of one graphed step of
 #              NCU_MODEL at ctx 2048 whose names match the regex NCU_KERNELS; --kernel-flag
-#              NAME=VALUE from NCU_FLAGS
+#              NAME=VALUE from NCU_FLAGS; NCU_TREE=/tmp/paired_base profiles the paired stage's
+#              base instead of this tree
 #   stacktests the GPU tests of the stacks (test/engine/test_stacks_gpu.py) only
 #   bench      the paper's protocol (physinf-bench): the three synthetic architectures,
 #              eager vs graphed, contexts 2048-16384, 10 fresh sessions
@@ -136,13 +137,19 @@ dram__bytes_write.sum,launch__grid_size,launch__registers_per_thread \
       done;;
     sections)
       model=${NCU_MODEL:-synthetic:llama-3.1-8b:gptq}
-      tag=$(echo "${model#synthetic:}" | tr ':' '-')
+      tag=$(echo "${model#synthetic:}" | tr ':' '-')${NCU_TREE:+_$(basename "$NCU_TREE")}
       flags=(); for flag in ${NCU_FLAGS:-}; do flags+=(--kernel-flag "$flag"); done
+      # Cycles per issued instruction spent in each stall reason (the sections name only the top).
+      stalls=$(printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' barrier \
+        branch_resolving dispatch_stall drain imc_miss lg_throttle long_scoreboard \
+        math_pipe_throttle membar mio_throttle misc no_instruction not_selected selected \
+        short_scoreboard sleeping tex_throttle wait)
       TAIL=2 run sections_$tag 300 ncu --profile-from-start off --clock-control none \
         -k "regex:${NCU_KERNELS:-_q4_gemv_kernel}" --launch-count "${NCU_COUNT:-4}" \
         --section SpeedOfLight --section Occupancy --section LaunchStats \
         --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
-        --section ComputeWorkloadAnalysis --section InstructionStats --csv --page details \
+        --section ComputeWorkloadAnalysis --section InstructionStats --metrics "${stalls%,}" \
+        --csv --page details env PYTHONPATH="${NCU_TREE:-$PWD}:/tmp/site" \
         python3 benchmarks/profile_step.py --ncu-step --model "$model" --ctx 2048 "${flags[@]}";;
     stacktests)
       TAIL=30 run stack_tests "${TESTS_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider -rs -s \

@@ -43,12 +43,13 @@ def variants():
     for even in (True, False):
         for norm, acc, gate_up, split in ((True, False, False, 1), (False, True, False, 4),
                                           (True, False, True, 1)):
+            # Each of half2 and float32 sums runs with and without asymmetric zeros.
             out.append((kernels._q4_gemv_kernel, q4,
                         {'HAS_NORM': norm, 'HAS_BIAS': norm and not gate_up, 'ACCUMULATE': acc,
-                         'GATE_UP': gate_up, 'HAS_ZEROS': not even, 'GROUP': 128,
+                         'GATE_UP': gate_up, 'HAS_ZEROS': gate_up or not even, 'GROUP': 128,
                          'BLOCK_N': 32, 'BLOCK_R': 32, 'SPLIT_K': split, 'EVEN': even,
-                         'WDTYPE': tl.bfloat16, 'HALF2': even, 'STREAM': 'evict_first',
-                         'PDL': True}))
+                         'WDTYPE': tl.bfloat16, 'HALF2': even or gate_up,
+                         'STREAM': 'evict_first', 'PDL': True}))
     attention = {'D': 128, 'GROUP_P': 16, 'BLOCK_T': 64, 'SPLITS': 32, 'MIN_CHUNK': 128,
                  'PDL': True}
     out.append((kernels._attn_split_kernel,

@@ -39,7 +39,7 @@ def save_tiny(arch, folder, tie=False, seed=0, sizes=None):
     return folder
 
 
-def save_tiny_gptq(arch, folder, tie=False, seed=0):
+def save_tiny_gptq(arch, folder, tie=False, seed=0, sizes=None):
     """
     Write a tiny GPTQ checkpoint (round-to-nearest 4-bit) and its float32 dequantisation.
 
@@ -49,7 +49,7 @@ def save_tiny_gptq(arch, folder, tie=False, seed=0):
     from pathlib import Path
     from physinf_ros.engine.gptq_files import quantize_hf_dir
     folder = Path(folder)
-    quantize_hf_dir(save_tiny(arch, folder / 'float', tie, seed), folder / 'gptq')
+    quantize_hf_dir(save_tiny(arch, folder / 'float', tie, seed, sizes), folder / 'gptq')
     return folder / 'gptq', dequantised_copy(folder / 'gptq', folder / 'dequantised')
 
 
