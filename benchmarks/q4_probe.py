@@ -1,0 +1,171 @@
+"""
+Where a 4-bit GEMV's time goes: its tiles loaded alone, then with the arithmetic added in steps.
+
+Each GEMV of the 8B's 4-bit step runs at its H200 launch shape (grid, tile, warps, K splits,
+gate and up as two tiles per program), captured in a CUDA graph as kernel_sweep.py times it, in
+these variants of one probe kernel, then as the engine's own kernel:
+
+- `load`: only the code tiles, one in flight ahead as the GEMVs load them, in GPTQ's layout
+  [K / 8, N] (a tile row is BLOCK_N * 4 bytes, the next one N * 4 bytes on) and `load_blocked`,
+  a layout [N / BLOCK_N, K / 8, BLOCK_N] where a program's words are one contiguous run;
+- `load_2_ahead`: the tiles in GPTQ's layout with two in flight ahead, not one;
+- `dot`: + the half2 dot of every word (kernels._HALF2_DOT) with fixed inputs;
+- `dot_scales`: + the group scales, loaded per tile and applied per word as the engine does;
+- `engine`: the engine's kernel (inputs loaded, normed and rounded per tile, SiLU, residual).
+
+So the time of each part of the arithmetic is measured apart from the rest (docs/PERF.md,
+session 8).
+"""
+
+import argparse
+import json
+
+from kernel_sweep import GROUP_SIZE, random_weight, timed
+from physinf_ros.engine.kernels import _HALF2_DOT, KernelConfig, KernelOps
+from physinf_ros.measurement.targets import measure_copy_bandwidth
+import torch
+import triton
+import triton.language as tl
+
+VARIANTS = ('load', 'load_blocked', 'load_2_ahead', 'dot', 'dot_scales')
+WORK = {'load': 0, 'load_blocked': 0, 'load_2_ahead': 0, 'dot': 1, 'dot_scales': 2}
+_GROUP = tl.constexpr(GROUP_SIZE)
+
+
+@triton.jit
+def _probe_tile(tile, rows, cols, S, N_ALL, x0, x1, x2, x3, WORK: tl.constexpr):
+    # One tile's contribution under each variant (WORK: 0 load, 1 dot, 2 dot with scales).
+    if WORK == 0:
+        return tile.to(tl.float32, bitcast=True)
+    words = tl.full(rows.shape, 0, tl.int32)[:, None]
+    part = tl.inline_asm_elementwise(
+        _HALF2_DOT, '=r,r,r,r,r,r', [tile, words + x0, words + x1, words + x2, words + x3],
+        dtype=tl.int32, is_pure=True, pack=1).to(tl.float32, bitcast=True)
+    if WORK == 2:
+        at = (rows // (_GROUP // 8)).to(tl.int64)[:, None] * N_ALL + cols[None, :]
+        part = part * tl.load(S + at).to(tl.float32)
+    return part
+
+
+@triton.jit
+def _probe_kernel(QW, S, OUT, word_rows, N, N_ALL, x0, x1, x2, x3, BLOCKED: tl.constexpr,
+                  WORK: tl.constexpr, GATE_UP: tl.constexpr, SPLIT_K: tl.constexpr,
+                  BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, AHEAD: tl.constexpr):
+    pid = tl.program_id(0)
+    r_len = tl.cdiv(tl.cdiv(word_rows, SPLIT_K), BLOCK_R) * BLOCK_R
+    r_start = tl.program_id(1) * r_len
+    r_end = tl.minimum(r_start + r_len, word_rows)
+    rows = r_start + tl.arange(0, BLOCK_R)
+    cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    if BLOCKED:
+        ptrs = (QW + pid.to(tl.int64) * word_rows * BLOCK_N + rows[:, None] * BLOCK_N
+                + tl.arange(0, BLOCK_N)[None, :])
+        step = BLOCK_R * BLOCK_N
+        up = N // BLOCK_N * word_rows * BLOCK_N   # the up columns' blocks follow gate's
+    else:
+        ptrs = QW + rows.to(tl.int64)[:, None] * N_ALL + cols[None, :]
+        step = BLOCK_R * N_ALL
+        up = N
+    acc = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32)
+    inside = (rows < r_end)[:, None]
+    w_next = tl.load(ptrs, mask=inside, other=0, eviction_policy='evict_first')
+    u_next = w_next
+    if GATE_UP:
+        u_next = tl.load(ptrs + up, mask=inside, other=0, eviction_policy='evict_first')
+    w_after, u_after = w_next, u_next   # the tile after next, when two are in flight
+    if AHEAD == 2:
+        ptrs += step
+        inside = (rows + BLOCK_R < r_end)[:, None]
+        w_after = tl.load(ptrs, mask=inside, other=0, eviction_policy='evict_first')
+        if GATE_UP:
+            u_after = tl.load(ptrs + up, mask=inside, other=0, eviction_policy='evict_first')
+    for r0 in range(r_start, r_end, BLOCK_R):
+        w, u = w_next, u_next
+        if AHEAD == 2:
+            w_next, u_next = w_after, u_after
+        ptrs += step
+        inside = (r0 + AHEAD * BLOCK_R + tl.arange(0, BLOCK_R) < r_end)[:, None]
+        loaded = tl.load(ptrs, mask=inside, other=0, eviction_policy='evict_first')
+        if AHEAD == 2:
+            w_after = loaded
+        else:
+            w_next = loaded
+        acc += _probe_tile(w, r0 + tl.arange(0, BLOCK_R), cols, S, N_ALL, x0, x1, x2, x3, WORK)
+        if GATE_UP:
+            loaded = tl.load(ptrs + up, mask=inside, other=0, eviction_policy='evict_first')
+            if AHEAD == 2:
+                u_after = loaded
+            else:
+                u_next = loaded
+            acc += _probe_tile(u, r0 + tl.arange(0, BLOCK_R), cols + N, S, N_ALL, x0, x1, x2,
+                               x3, WORK)
+    tl.atomic_add(OUT + cols, tl.sum(acc, axis=0))
+
+
+# (op, engine kind, N outputs, K inputs) of the Llama-3.1-8B's 4-bit step.
+SHAPES = [('qkv', 'rms_matvec', 6144, 4096), ('o_proj', 'matvec_add', 4096, 4096),
+          ('gate_up', 'gate_up', 14336, 4096), ('down', 'matvec_add', 4096, 14336)]
+
+
+def probe(device, copies: int):
+    config = KernelConfig.for_device(device)
+    ops = KernelOps(config)
+    rows = []
+    for op, kind, n, k in SHAPES:
+        shape = config.gemv(kind + '_q4', n, k)
+        gate_up = kind == 'gate_up'
+        split_k = shape.split_k if kind == 'matvec_add' else 1
+        block_r = shape.block_k // 8
+        weights = [random_weight(kind + '_q4', 2 * n if gate_up else n, k, device,
+                                 torch.bfloat16) for _ in range(copies)]
+        x = torch.randn(k, device=device)
+        norm = torch.ones(k, device=device, dtype=torch.bfloat16)
+        out = torch.zeros(2 * n if gate_up else n, device=device)
+        nbytes = weights[0].nbytes   # codes and scales
+
+        def engine():
+            for w in weights:
+                if kind == 'rms_matvec':
+                    ops.rms_matvec(x, norm, w, None, 1e-5)
+                elif gate_up:
+                    ops.rms_gate_up_silu(x, norm, w, 1e-5)
+                else:
+                    ops.matvec_add(out, x, w)
+
+        def variant(name):
+            def run():
+                for w in weights:
+                    _probe_kernel[(n // shape.block_n, split_k)](
+                        w.codes, w.scales, out, k // 8, n, w.codes.shape[1], 0x3C003C00,
+                        0x3C00BC00, 0x40003C00, 0x3C004000, BLOCKED=name == 'load_blocked',
+                        WORK=WORK[name], GATE_UP=gate_up, SPLIT_K=split_k,
+                        BLOCK_R=block_r, BLOCK_N=shape.block_n,
+                        AHEAD=2 if name == 'load_2_ahead' else 1, num_warps=shape.num_warps)
+            return run
+
+        for name in VARIANTS + ('engine',):
+            ms = timed(engine if name == 'engine' else variant(name)) / copies
+            rows.append({'op': op, 'n': n, 'k': k, 'shape': shape.__dict__, 'variant': name,
+                         'us': ms * 1e3, 'gbps': nbytes / ms / 1e6})
+            print(f'{op:8s} {name:13s} {ms * 1e3:7.2f} us {rows[-1]["gbps"]:7.0f} GB/s',
+                  flush=True)
+        weights.clear()
+        torch.cuda.empty_cache()
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--copies', type=int, default=8,
+                        help='weights per shape, read in turn so that L2 holds none')
+    parser.add_argument('--out', required=True, help='results JSON')
+    args = parser.parse_args(argv)
+    device = torch.device('cuda')
+    result = {'gpu': torch.cuda.get_device_name(device),
+              'copy_gbps': measure_copy_bandwidth(device), 'rows': probe(device, args.copies)}
+    with open(args.out, 'w') as f:
+        json.dump(result, f, indent=1)
+
+
+if __name__ == '__main__':
+    main()
