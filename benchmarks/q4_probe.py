@@ -9,6 +9,9 @@ these variants of one probe kernel, then as the engine's own kernel:
   [K / 8, N] (a tile row is BLOCK_N * 4 bytes, the next one N * 4 bytes on) and `load_blocked`,
   a layout [N / BLOCK_N, K / 8, BLOCK_N] where a program's words are one contiguous run;
 - `load_2_ahead`: the tiles in GPTQ's layout with two in flight ahead, not one;
+- `load_pdl`: `load` launched as the engine launches its kernels, with programmatic dependent
+  launch (the first tile loaded before the wait), so that each launch overlaps the previous
+  kernel's drain;
 - `dot`: + the half2 dot of every word (kernels._HALF2_DOT) with fixed inputs;
 - `dot_scales`: + the group scales, loaded per tile and applied per word as the engine does;
 - `engine`: the engine's kernel (inputs loaded, normed and rounded per tile, SiLU, residual).
@@ -21,14 +24,15 @@ import argparse
 import json
 
 from kernel_sweep import GROUP_SIZE, random_weight, timed
-from physinf_ros.engine.kernels import _HALF2_DOT, KernelConfig, KernelOps
+from physinf_ros.engine.kernels import _grid_sync, _HALF2_DOT, _pdl, KernelConfig, KernelOps
 from physinf_ros.measurement.targets import measure_copy_bandwidth
 import torch
 import triton
 import triton.language as tl
 
-VARIANTS = ('load', 'load_blocked', 'load_2_ahead', 'dot', 'dot_scales')
-WORK = {'load': 0, 'load_blocked': 0, 'load_2_ahead': 0, 'dot': 1, 'dot_scales': 2}
+VARIANTS = ('load', 'load_blocked', 'load_2_ahead', 'load_pdl', 'dot', 'dot_scales')
+WORK = {'load': 0, 'load_blocked': 0, 'load_2_ahead': 0, 'load_pdl': 0, 'dot': 1,
+        'dot_scales': 2}
 _GROUP = tl.constexpr(GROUP_SIZE)
 
 
@@ -50,7 +54,8 @@ def _probe_tile(tile, rows, cols, S, N_ALL, x0, x1, x2, x3, WORK: tl.constexpr):
 @triton.jit
 def _probe_kernel(QW, S, OUT, word_rows, N, N_ALL, x0, x1, x2, x3, BLOCKED: tl.constexpr,
                   WORK: tl.constexpr, GATE_UP: tl.constexpr, SPLIT_K: tl.constexpr,
-                  BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, AHEAD: tl.constexpr):
+                  BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, AHEAD: tl.constexpr,
+                  PDL: tl.constexpr):
     pid = tl.program_id(0)
     r_len = tl.cdiv(tl.cdiv(word_rows, SPLIT_K), BLOCK_R) * BLOCK_R
     r_start = tl.program_id(1) * r_len
@@ -79,6 +84,7 @@ def _probe_kernel(QW, S, OUT, word_rows, N, N_ALL, x0, x1, x2, x3, BLOCKED: tl.c
         w_after = tl.load(ptrs, mask=inside, other=0, eviction_policy='evict_first')
         if GATE_UP:
             u_after = tl.load(ptrs + up, mask=inside, other=0, eviction_policy='evict_first')
+    _grid_sync(PDL)
     for r0 in range(r_start, r_end, BLOCK_R):
         w, u = w_next, u_next
         if AHEAD == 2:
@@ -140,7 +146,8 @@ def probe(device, copies: int):
                         0x3C00BC00, 0x40003C00, 0x3C004000, BLOCKED=name == 'load_blocked',
                         WORK=WORK[name], GATE_UP=gate_up, SPLIT_K=split_k,
                         BLOCK_R=block_r, BLOCK_N=shape.block_n,
-                        AHEAD=2 if name == 'load_2_ahead' else 1, num_warps=shape.num_warps)
+                        AHEAD=2 if name == 'load_2_ahead' else 1, num_warps=shape.num_warps,
+                        **(_pdl(device) if name == 'load_pdl' else {'PDL': False}))
             return run
 
         for name in VARIANTS + ('engine',):
