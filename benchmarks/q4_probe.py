@@ -16,8 +16,10 @@ these variants of one probe kernel, then as the engine's own kernel:
 - `dot_scales`: + the group scales, loaded per tile and applied per word as the engine does;
 - `engine`: the engine's kernel (inputs loaded, normed and rounded per tile, SiLU, residual).
 
-So the time of each part of the arithmetic is measured apart from the rest (docs/PERF.md,
-session 8).
+So the time of each part of the arithmetic is measured apart from the rest. Then one layer's four
+code matrices are loaded, with one tile shape for all, by four kernels in a row (`layer_separate`)
+and by one kernel whose programs take the four matrices in turn (`layer_fused`): what fewer,
+longer-lived kernels would save on the loads alone (docs/PERF.md, session 8).
 """
 
 import argparse
@@ -108,6 +110,82 @@ def _probe_kernel(QW, S, OUT, word_rows, N, N_ALL, x0, x1, x2, x3, BLOCKED: tl.c
     tl.atomic_add(OUT + cols, tl.sum(acc, axis=0))
 
 
+@triton.jit
+def _load_columns(QW, OUT, col_block, word_rows, N_ALL, BLOCK_R: tl.constexpr,
+                  BLOCK_N: tl.constexpr, PDL: tl.constexpr):
+    # Load (and only load) the code words of BLOCK_N whole columns, one tile in flight ahead.
+    cols = col_block * BLOCK_N + tl.arange(0, BLOCK_N)
+    ptrs = QW + tl.arange(0, BLOCK_R).to(tl.int64)[:, None] * N_ALL + cols[None, :]
+    acc = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.int32)
+    following = tl.load(ptrs, eviction_policy='evict_first')
+    _grid_sync(PDL)
+    for r0 in range(0, word_rows, BLOCK_R):
+        tile = following
+        ptrs += BLOCK_R * N_ALL
+        following = tl.load(ptrs, mask=r0 + BLOCK_R < word_rows, other=0,
+                            eviction_policy='evict_first')
+        acc ^= tile
+    tl.atomic_xor(OUT + cols, tl.xor_sum(acc, axis=0))
+
+
+@triton.jit
+def _columns_kernel(QW, OUT, word_rows, N_ALL, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+                    PDL: tl.constexpr):
+    _load_columns(QW, OUT, tl.program_id(0), word_rows, N_ALL, BLOCK_R, BLOCK_N, PDL)
+
+
+@triton.jit
+def _layer_kernel(W0, W1, W2, W3, OUT, R0, R1, R2, R3, N0, N1, N2, N3, BLOCK_R: tl.constexpr,
+                  BLOCK_N: tl.constexpr, PDL: tl.constexpr):
+    # The programs of four column loads in one grid, matrix after matrix.
+    pid = tl.program_id(0)
+    end0 = N0 // BLOCK_N
+    end1 = end0 + N1 // BLOCK_N
+    end2 = end1 + N2 // BLOCK_N
+    if pid < end0:
+        _load_columns(W0, OUT, pid, R0, N0, BLOCK_R, BLOCK_N, PDL)
+    elif pid < end1:
+        _load_columns(W1, OUT, pid - end0, R1, N1, BLOCK_R, BLOCK_N, PDL)
+    elif pid < end2:
+        _load_columns(W2, OUT, pid - end1, R2, N2, BLOCK_R, BLOCK_N, PDL)
+    else:
+        _load_columns(W3, OUT, pid - end2, R3, N3, BLOCK_R, BLOCK_N, PDL)
+
+
+def probe_layer(device, copies: int, block_r=64, block_n=32, num_warps=4):
+    """One layer's codes loaded by four kernels and by one, the same tile shape for both."""
+    # Longest programs first (down's columns are 14336 inputs deep), so they do not trail.
+    order = [SHAPES[3], SHAPES[2], SHAPES[0], SHAPES[1]]
+    layers = [[random_weight(kind + '_q4', 2 * n if kind == 'gate_up' else n, k, device,
+                             torch.bfloat16) for _, kind, n, k in order] for _ in range(copies)]
+    out = torch.zeros(max(w.codes.shape[1] for w in layers[0]), dtype=torch.int32,
+                      device=device)
+    nbytes = sum(w.codes.numel() * 4 for w in layers[0])
+    launch = dict(BLOCK_R=block_r, BLOCK_N=block_n, num_warps=num_warps, **_pdl(device))
+
+    def separate():
+        for layer in layers:
+            for w in layer:
+                rows, n_all = w.codes.shape
+                _columns_kernel[(n_all // block_n,)](w.codes, out, rows, n_all, **launch)
+
+    def fused():
+        for layer in layers:
+            codes = [w.codes for w in layer]
+            grid = sum(c.shape[1] // block_n for c in codes)
+            _layer_kernel[(grid,)](*codes, out, *(c.shape[0] for c in codes),
+                                   *(c.shape[1] for c in codes), **launch)
+
+    rows = []
+    for name, run in (('layer_separate', separate), ('layer_fused', fused)):
+        ms = timed(run) / copies
+        rows.append({'op': 'layer', 'variant': name, 'us': ms * 1e3, 'gbps': nbytes / ms / 1e6,
+                     'shape': {'block_n': block_n, 'block_k': block_r * 8, 'split_k': 1,
+                               'num_warps': num_warps}})
+        print(f'layer    {name:15s} {ms * 1e3:7.2f} us {rows[-1]["gbps"]:7.0f} GB/s', flush=True)
+    return rows
+
+
 # (op, engine kind, N outputs, K inputs) of the Llama-3.1-8B's 4-bit step.
 SHAPES = [('qkv', 'rms_matvec', 6144, 4096), ('o_proj', 'matvec_add', 4096, 4096),
           ('gate_up', 'gate_up', 14336, 4096), ('down', 'matvec_add', 4096, 14336)]
@@ -169,7 +247,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     device = torch.device('cuda')
     result = {'gpu': torch.cuda.get_device_name(device),
-              'copy_gbps': measure_copy_bandwidth(device), 'rows': probe(device, args.copies)}
+              'copy_gbps': measure_copy_bandwidth(device),
+              'rows': probe(device, args.copies) + probe_layer(device, args.copies)}
     with open(args.out, 'w') as f:
         json.dump(result, f, indent=1)
 
