@@ -25,8 +25,10 @@ longer-lived kernels would save on the loads alone (docs/PERF.md, session 8).
 import argparse
 import json
 
-from kernel_sweep import GROUP_SIZE, random_weight, timed
+from kernel_sweep import gemv_cases, GROUP_SIZE, random_weight, timed
 from physinf_ros.engine.kernels import _grid_sync, _HALF2_DOT, _pdl, KernelConfig, KernelOps
+from physinf_ros.engine.llama import ModelConfig
+from physinf_ros.engine.models import resolve
 from physinf_ros.measurement.targets import measure_copy_bandwidth
 import torch
 import triton
@@ -152,10 +154,18 @@ def _layer_kernel(W0, W1, W2, W3, OUT, R0, R1, R2, R3, N0, N1, N2, N3, BLOCK_R: 
         _load_columns(W3, OUT, pid - end2, R3, N3, BLOCK_R, BLOCK_N, PDL)
 
 
+def step_shapes(model: str = 'synthetic:llama-3.1-8b'):
+    """(op, engine kind, N outputs, K inputs) of each 4-bit GEMV of a layer, in step order."""
+    cases = gemv_cases(ModelConfig.from_hf(resolve(model).hf_config))
+    q4 = [(kind.removesuffix('_q4'), n, k) for kind, n, k, _ in cases if kind.endswith('_q4')]
+    return [(op, *case) for op, case in zip(('qkv', 'o_proj', 'gate_up', 'down'), q4)]
+
+
 def probe_layer(device, copies: int, block_r=64, block_n=32, num_warps=4):
     """One layer's codes loaded by four kernels and by one, the same tile shape for both."""
     # Longest programs first (down's columns are 14336 inputs deep), so they do not trail.
-    order = [SHAPES[3], SHAPES[2], SHAPES[0], SHAPES[1]]
+    qkv, o_proj, gate_up, down = step_shapes()
+    order = [down, gate_up, qkv, o_proj]
     layers = [[random_weight(kind + '_q4', 2 * n if kind == 'gate_up' else n, k, device,
                              torch.bfloat16) for _, kind, n, k in order] for _ in range(copies)]
     out = torch.zeros(max(w.codes.shape[1] for w in layers[0]), dtype=torch.int32,
@@ -186,16 +196,11 @@ def probe_layer(device, copies: int, block_r=64, block_n=32, num_warps=4):
     return rows
 
 
-# (op, engine kind, N outputs, K inputs) of the Llama-3.1-8B's 4-bit step.
-SHAPES = [('qkv', 'rms_matvec', 6144, 4096), ('o_proj', 'matvec_add', 4096, 4096),
-          ('gate_up', 'gate_up', 14336, 4096), ('down', 'matvec_add', 4096, 14336)]
-
-
 def probe(device, copies: int):
     config = KernelConfig.for_device(device)
     ops = KernelOps(config)
     rows = []
-    for op, kind, n, k in SHAPES:
+    for op, kind, n, k in step_shapes():
         shape = config.gemv(kind + '_q4', n, k)
         gate_up = kind == 'gate_up'
         split_k = shape.split_k if kind == 'matvec_add' else 1
