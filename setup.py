@@ -8,6 +8,8 @@ setup(
     name=package_name,
     version='0.1.0',
     packages=find_packages(exclude=['test']),
+    # The CUDA 4-bit kernels' source, built on the GPU machine at first use (engine/q4_cuda.py).
+    package_data={'physinf_ros.engine': ['*.cu']},
     data_files=[
         ('share/ament_index/resource_index/packages', ['resource/' + package_name]),
         ('share/' + package_name, ['package.xml']),
@@ -15,7 +17,7 @@ setup(
         ('share/' + package_name + '/config', glob('config/*.yaml')),
     ],
     install_requires=['setuptools'],
-    zip_safe=True,
+    zip_safe=False,
     maintainer='physinf_ros maintainers',
     maintainer_email='maintainers@physinf-ros.example',
     description='Batch-1 LLM decoding for robots, streamed on ROS 2 topics and measured.',

@@ -16,11 +16,12 @@ import itertools
 import json
 import time
 
-from physinf_ros.engine import ops_torch
+from physinf_ros.engine import ops_torch, q4_cuda
 from physinf_ros.engine.gptq import PackedLinear
 from physinf_ros.engine.kernels import AttentionConfig, GemvConfig, KernelConfig, KernelOps
 from physinf_ros.engine.llama import ModelConfig, rope_tables
 from physinf_ros.engine.models import resolve
+from physinf_ros.engine.q4_cuda import Q4Shape
 from physinf_ros.measurement.targets import measure_copy_bandwidth
 import torch
 import triton
@@ -37,7 +38,11 @@ def timed(fn):
 
 
 def gemv_cases(c: ModelConfig):
-    """(kind, N, K, copies) for each GEMV of one decode step, bf16 and 4-bit."""
+    """
+    Return (kind, N, K, copies) for each GEMV of one decode step.
+
+    bf16, 4-bit in Triton (_q4) and 4-bit in CUDA (_q4cuda).
+    """
     h, i = c.hidden_size, c.intermediate_size
     layers = c.num_layers
     layer = [('rms_matvec', c.q_size + 2 * c.kv_size, h, layers),
@@ -45,7 +50,8 @@ def gemv_cases(c: ModelConfig):
              ('gate_up', i, h, layers),
              ('matvec_add', h, i, layers)]
     return (layer + [('rms_matvec', c.vocab_size, h, 2)]
-            + [(kind + '_q4', n, k, copies) for kind, n, k, copies in layer])
+            + [(kind + '_q4', n, k, copies) for kind, n, k, copies in layer]
+            + [(kind + '_q4cuda', n, k, copies) for kind, n, k, copies in layer])
 
 
 CANDIDATES = {
@@ -64,13 +70,20 @@ CANDIDATES = {
                    itertools.product((16, 32, 64, 128), (256, 512, 1024), (4, 8))],
     'matvec_add_q4': [GemvConfig(bn, bk, s, w) for bn, bk, s, w in
                       itertools.product((32, 64), (256, 512, 1024), (8, 16), (4, 8))],
+    # CUDA 4-bit (q4_gemv.cu): block_n columns per block, block_k inputs per thread step
+    # (8 word rows, or 4 for gate/up), K splits where the output accumulates; 8 warps.
+    'rms_matvec_q4cuda': [Q4Shape(c, u, 1).as_gemv() for c, u in
+                          itertools.product(q4_cuda.COLUMNS, (4, 8))],
+    'gate_up_q4cuda': [Q4Shape(c, 4, 1).as_gemv() for c in q4_cuda.COLUMNS],
+    'matvec_add_q4cuda': [Q4Shape(c, u, s).as_gemv() for c, u, s in
+                          itertools.product(q4_cuda.COLUMNS, (4, 8), q4_cuda.SPLITS)],
 }
 GROUP_SIZE = 128   # the paper's GPTQ checkpoints
 
 
 def random_weight(kind, rows, k, device, dtype):
     """Return a random weight in kind's format: bf16 [rows, k], or 4-bit in groups of 128."""
-    if not kind.endswith('_q4'):
+    if '_q4' not in kind:
         return torch.randn(rows, k, device=device).to(dtype) * 0.02
     codes = torch.randint(-2 ** 31, 2 ** 31 - 1, (k // 8, rows), dtype=torch.int32,
                           device=device)
@@ -80,7 +93,9 @@ def random_weight(kind, rows, k, device, dtype):
 
 def sweep_gemv(kind, n, k, copies, device, dtype, base_config: KernelConfig):
     """Time every candidate launch shape of one GEMV, each in its own kernel configuration."""
-    base = kind.removesuffix('_q4')
+    base = kind.split('_q4')[0]
+    # The Triton 4-bit kinds are timed with the CUDA kernels switched off.
+    base_config = replace(base_config, q4_cuda=kind.endswith('_q4cuda'))
     rows = 2 * n if base == 'gate_up' else n
     weights = [random_weight(kind, rows, k, device, dtype) for _ in range(copies)]
     x = torch.randn(k, device=device)
@@ -123,7 +138,7 @@ def sweep_gemv(kind, n, k, copies, device, dtype, base_config: KernelConfig):
     ok = [r for r in results if 'ms' in r]
     best = min(ok, key=lambda r: r['ms'])
     cublas_ms = None   # cuBLAS has no 4-bit GEMV to compare with
-    if not kind.endswith('_q4'):
+    if '_q4' not in kind:
         xb = x.to(dtype)[None]
         cublas_ms = timed(lambda: [torch.nn.functional.linear(xb, w) for w in weights])
     print(f'  {kind} {n}x{k}: {len(ok)} configs, {len(results) - len(ok)} failed', flush=True)

@@ -11,7 +11,8 @@ step has few launches:
                     the split kernel also applies RoPE and stores this token's k and v at `pos`
   greedy_head       final RMSNorm + lm_head GEMV with the argmax folded into its epilogue
 GPTQ 4-bit linears (PackedLinear) take the same roles through _q4_gemv_kernel, which reads
-GPTQ's own layout. `pos` is read on the device, so one captured graph serves every position.
+GPTQ's own layout, or on a GPU through the CUDA kernels of q4_gemv.cu (q4_cuda.py). `pos` is
+read on the device, so one captured graph serves every position.
 On Hopper every kernel is launched with programmatic dependent launch (PDL): it is scheduled
 while its predecessor drains, reads its first weight tile (attention: its first cached keys
 and values), and only then waits for the predecessor's results, which hides most of the gap
@@ -95,6 +96,10 @@ class KernelConfig:
     # 4-bit GEMVs of 16-bit models in packed fp16 arithmetic (_HALF2_DOT), else float32
     # (exact products, one code per instruction).
     half2: bool = True
+    # Those half2 GEMVs in CUDA (q4_gemv.cu: inputs staged once per block, one scale per step
+    # of rows) where it can be built; launch shapes from tuned kinds '<kind>_q4cuda', else
+    # q4_cuda.launch_shape. Off: the Triton kernel.
+    q4_cuda: bool = True
 
     def __post_init__(self):
         object.__setattr__(self, 'tuned', MappingProxyType(dict(self.tuned)))
@@ -131,8 +136,8 @@ class KernelConfig:
         """
         Return this configuration with one switch or number set from text, for an A/B.
 
-        name is a switch (evict_first, half2: value 0 or 1) or attention.FIELD (a number);
-        case does not matter (EVICT_FIRST=0 as on the command line).
+        name is a switch (evict_first, half2, q4_cuda: value 0 or 1) or attention.FIELD (a
+        number); case does not matter (EVICT_FIRST=0 as on the command line).
         """
         owner, _, field_name = name.lower().rpartition('.')
         target = self.attention if owner == 'attention' else self
@@ -143,7 +148,7 @@ class KernelConfig:
             changed = replace(target, **{field_name: int(value)})
         else:
             raise ValueError(f'{name} is not a kernel switch or number: choose evict_first, '
-                             'half2 or attention.'
+                             'half2, q4_cuda or attention.'
                              + '|'.join(f.name for f in fields(AttentionConfig)))
         return replace(self, attention=changed) if owner else changed
 
@@ -165,15 +170,41 @@ class KernelConfig:
         """Packed fp16 arithmetic for 16-bit models on a GPU; float32 models keep float32 sums."""
         return self.half2 and not INTERPRET and device.type == 'cuda' and dtype != torch.float32
 
+    def q4_cuda_path(self, w: PackedLinear, x: torch.Tensor,
+                     norm_w: Optional[torch.Tensor]) -> bool:
+        """Whether this 4-bit GEMV runs q4_gemv.cu: switched on, half2 sums, a GPU that has it."""
+        if not (self.q4_cuda and self.half2_path(w.dtype, x.device)):
+            return False
+        from . import q4_cuda
+        return (q4_cuda.supported(w, x, norm_w) and not q4_cuda.unavailable(x.device))
+
+    def q4_cuda_shape(self, kind: str, n: int, k: int, w: PackedLinear, accumulate: bool,
+                      device: torch.device):
+        """Launch shape of a CUDA 4-bit GEMV: the tuned '<kind>_q4cuda' entry, else the default."""
+        from . import q4_cuda
+        tuned = self.tuned.get((kind + '_q4cuda', n, k))
+        if tuned is not None:
+            return q4_cuda.Q4Shape.from_gemv(tuned)
+        return q4_cuda.launch_shape(n, k, w.group_size // 8, kind == 'gate_up', accumulate,
+                                    _sm_count(device))
+
     def facts(self) -> dict:
         """Plain dict for results files."""
         return {'tuned': [{'kind': kind, 'n': n, 'k': k, **asdict(shape)}
                           for (kind, n, k), shape in self.tuned.items()],
                 'attention': asdict(self.attention), 'evict_first': self.evict_first,
-                'half2': self.half2}
+                'half2': self.half2, 'q4_cuda': self.q4_cuda}
 
 
 DEFAULT_CONFIG = KernelConfig()
+_SMS = {}   # device index -> streaming multiprocessors
+
+
+def _sm_count(device: torch.device) -> int:
+    index = device.index if device.index is not None else 0
+    if index not in _SMS:
+        _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return _SMS[index]
 
 
 def _even(n: int, k: int, cfg: GemvConfig) -> bool:
@@ -642,6 +673,11 @@ def _q4_gemv(w: PackedLinear, x, y, norm_w, bias, eps, kind, config: KernelConfi
     gate_up = kind == 'gate_up'
     if gate_up:
         n //= 2
+    if config.q4_cuda_path(w, x, norm_w):
+        from . import q4_cuda
+        q4_cuda.gemv(w, x, y, norm_w, bias, eps, gate_up, accumulate,
+                     config.q4_cuda_shape(kind, n, k, w, accumulate, x.device))
+        return
     cfg = config.gemv(kind + '_q4', n, k)
     split_k = cfg.split_k if accumulate else 1
     block_r = cfg.block_k // 8    # word rows per tile
