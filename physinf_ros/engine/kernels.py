@@ -178,6 +178,18 @@ class KernelConfig:
         from . import q4_cuda
         return (q4_cuda.supported(w, x, norm_w) and not q4_cuda.unavailable(x.device))
 
+    def q4_kernel_note(self, device: torch.device) -> str:
+        """Return a log line saying which kernel runs the 4-bit GEMVs on device, and why."""
+        if not self.q4_cuda:
+            return '4-bit GEMVs: Triton kernel (q4_cuda switched off)'
+        if not self.half2_path(torch.float16, device):
+            return '4-bit GEMVs: Triton kernel (float32 sums: half2 off)'
+        from . import q4_cuda
+        reason = q4_cuda.unavailable(device)
+        if reason:
+            return f'4-bit GEMVs: Triton kernel, the CUDA kernels are unavailable: {reason}'
+        return '4-bit GEMVs: CUDA kernels (q4_gemv.cu)'
+
     def q4_cuda_shape(self, kind: str, n: int, k: int, w: PackedLinear, accumulate: bool,
                       device: torch.device):
         """Launch shape of a CUDA 4-bit GEMV: the tuned '<kind>_q4cuda' entry, else the default."""

@@ -123,6 +123,7 @@ def test_cuda_q4_gemv_replays_in_a_graph_with_the_triton_kernels():
         h = ops.rms_gate_up_silu(residual, norm, w_up, 1e-5)
         ops.matvec_add(residual, h, w_down)
 
+    assert KernelConfig().q4_kernel_note(CUDA) == '4-bit GEMVs: CUDA kernels (q4_gemv.cu)'
     ops = KernelOps(KernelConfig())
     step(ops, x)   # built and warmed outside the capture, as the engine does
     x.copy_(x_eager)
@@ -158,6 +159,7 @@ def test_launch_shapes_fill_the_gpu_without_idle_row_lanes():
 def test_kernel_configs_carry_the_switch_and_cuda_shapes_as_kernels_yaml_spells_them():
     config = KernelConfig().with_flag('Q4_CUDA', '0')
     assert config.q4_cuda is False and config.facts()['q4_cuda'] is False
+    assert 'switched off' in config.q4_kernel_note(torch.device('cpu'))
     shape = Q4Shape(64, 4, 1)
     assert Q4Shape.from_gemv(shape.as_gemv()) == shape
     tuned = KernelConfig().with_tuning({'gemv': [{'kind': 'gate_up_q4cuda', 'n': 14336,
