@@ -43,7 +43,8 @@
 #              2048 and 16384, 5 fresh sessions (README's measured table)
 #   paired     the protocol (graphed) on this tree and on a base that differs only in its
 #              kernels.py, carried as .carry/kernels_base.py (git show REV:physinf_ros/engine/
-#              kernels.py), in PAIRED_ROUNDS interleaved rounds on one machine: an A/B of code,
+#              kernels.py), or in the files under .carry/base/ (paths as in the repository),
+#              in PAIRED_ROUNDS interleaved rounds on one machine: an A/B of code,
 #              not of flags, with the machine held fixed. PAIRED_MODELS, PAIRED_CONTEXTS;
 #              benchmarks/paired_summary.py prints new / base per cell at the end
 #   robotsweep kernel_sweep.py's bf16 GEMV launch shapes on the robot-size shapes (no attention)
@@ -226,7 +227,8 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
     paired)
       base=/tmp/paired_base
       rm -rf $base && mkdir -p $base "$WORK/paired" && cp -r physinf_ros config $base/ \
-        && cp .carry/kernels_base.py $base/physinf_ros/engine/kernels.py
+        && { [ -d .carry/base ] && cp -r .carry/base/. $base/ \
+             || cp .carry/kernels_base.py $base/physinf_ros/engine/kernels.py; }
       for round in $(seq "${PAIRED_ROUNDS:-2}"); do
         for arm in new base; do
           dir=$PWD; [ $arm = base ] && dir=$base

@@ -15,6 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 H200 = ROOT / 'benchmarks' / 'results' / 'h200'
 NUMBER = re.compile(r'[-+]?\d+(?:\.\d+)?')
+# Our graphed 4-bit 8B as published: the first round of session 9's paired protocol run.
+GPTQ_GRAPHED = 'paired_s9/new1_llama-3.1-8b-gptq.json'
 
 
 def load(path):
@@ -70,7 +72,7 @@ def test_readme_measured_table_is_the_protocol_run(label, mode):
 
 
 @pytest.mark.parametrize('label, file, mode', [
-    ('`graphed`, 4-bit', 'gptq_graphed.json', 'graphed'),
+    ('`graphed`, 4-bit', GPTQ_GRAPHED, 'graphed'),
     ('`graphed`, the same model in bf16', 'protocol_llama-3.1-8b.json', 'graphed'),
     ('`exllamav2` (stock)', 'stacks_gptq.json', 'exllamav2')])
 def test_readme_quantised_table_is_the_protocol_run(label, file, mode):
@@ -83,7 +85,7 @@ def test_readme_quantised_table_is_the_protocol_run(label, file, mode):
 
 def test_readme_quantised_floor_is_the_protocol_run():
     for text, ctx in zip(row('README.md', 't_floor (W 4.65 GB'), (2048, 16384)):
-        for file in ('gptq_graphed.json', 'stacks_gptq.json'):   # one floor, both runs
+        for file in (GPTQ_GRAPHED, 'stacks_gptq.json'):   # one floor, both runs
             found = protocol_cell(file, 'graphed', ctx)
             assert_rounds_to(text.split()[0], found['t_floor_ms'], f'4-bit t_floor at {ctx}')
 
@@ -95,7 +97,7 @@ def test_readme_gptq_and_hf_graphed_sentences_are_their_files():
     assert published, 'the 4-bit sentence of Measured'
     short, long, r_short, r_long = published.groups()
     for step, ratio, ctx in ((short, r_short, 2048), (long, r_long, 16384)):
-        found = protocol_cell('gptq_graphed.json', 'graphed', ctx)
+        found = protocol_cell(GPTQ_GRAPHED, 'graphed', ctx)
         assert_rounds_to(step, found['step_ms_p50'], f'4-bit graphed at {ctx}')
         assert_rounds_to(ratio, found['R_floor'], f'4-bit R_floor at {ctx}')
     retimed = re.search(r're-timed after the fix it took ([\d.]+) ms at ctx 2048', text)
@@ -116,9 +118,9 @@ def test_readme_robot_table_is_its_files(label, shape):
     assert_rounds_to(ratio, found['R_floor'], f'{shape} R_floor')
 
 
-def paired_rows():
-    """benchmarks/paired_summary.py's rows for paired_s7/, by (model tag, ctx)."""
-    rows = benchmark_script('paired_summary').summarise(H200 / 'paired_s7')
+def paired_rows(folder='paired_s7'):
+    """Return benchmarks/paired_summary.py's rows for a paired folder, by (model tag, ctx)."""
+    rows = benchmark_script('paired_summary').summarise(H200 / folder)
     return {(r['model'], r['ctx']): r for r in rows}
 
 
@@ -135,6 +137,24 @@ def test_readme_paired_table_is_its_files(label, shape):
         assert found['pairs'] == 6, found
         assert_rounds_to(before, found['base_ms'], f'{shape} base at {ctx}')
         assert_rounds_to(after, found['new_ms'], f'{shape} new at {ctx}')
+
+
+def test_readme_cuda_q4_paired_table_and_ratios_are_their_files():
+    rows = paired_rows('paired_s9')
+    cells = row('README.md', 'Llama-3.1-8B, GPTQ', after="Session 9's 4-bit GEMVs in CUDA")
+    text = ' '.join((ROOT / 'README.md').read_text().split())
+    ratios = re.search(r'new / base ([\d.]+) \[([\d.]+), ([\d.]+)\] at ctx 2048 and ([\d.]+) '
+                       r'\[([\d.]+), ([\d.]+)\] at 16384', text)
+    assert ratios, 'the session 9 paired sentence'
+    shown_per_ctx = (ratios.groups()[:3], ratios.groups()[3:])
+    for cell_text, ctx, shown in zip(cells, (2048, 16384), shown_per_ctx):
+        before, after = numbers(cell_text)
+        found = rows[('llama-3.1-8b-gptq', ctx)]
+        assert found['pairs'] == 6, found
+        assert_rounds_to(before, found['base_ms'], f'4-bit base at {ctx}')
+        assert_rounds_to(after, found['new_ms'], f'4-bit new at {ctx}')
+        for value, figure in zip(shown, [found['ratio'], *found['ratio_ci95']]):
+            assert_rounds_to(value, figure, f'4-bit new / base [95% CI] at {ctx}')
 
 
 def node_overhead():
@@ -422,7 +442,7 @@ def test_readme_stack_table_is_its_files(label, files):
         assert_rounds_to(numbers(text)[0], protocol_cell(file, mode, 2048)['step_ms_p50'],
                          f'{mode} in {file}')
     gptq = row('README.md', 'GPTQ 4-bit')[2]
-    assert_rounds_to(numbers(gptq)[0], protocol_cell('gptq_graphed.json', 'graphed', 2048)[
+    assert_rounds_to(numbers(gptq)[0], protocol_cell(GPTQ_GRAPHED, 'graphed', 2048)[
         'step_ms_p50'], 'GPTQ graphed')
     assert_rounds_to(numbers(gptq)[-1], protocol_cell('stacks_gptq.json', 'exllamav2', 2048)[
         'step_ms_p50'], 'GPTQ exllamav2')

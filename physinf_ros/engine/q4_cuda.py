@@ -4,10 +4,11 @@ The 4-bit GPTQ GEMVs in CUDA (q4_gemv.cu): built once per machine with nvcc, lau
 kernels.py routes a PackedLinear's GEMV here on a GPU when its KernelConfig has q4_cuda set
 and the half2 sums apply; otherwise, or when this library cannot be built (no nvcc), the Triton
 kernel runs, which is also what CI checks in the interpreter. The library is compiled for the
-GPU's own architecture into a cache folder ($PHYSINF_ROS_CACHE, default ~/.cache/physinf_ros),
-named by a hash of the source and the flags, so an edited kernel is rebuilt and an unchanged one
-is built once. Launches go on torch's current stream, with programmatic dependent launch on
-Hopper and later, so they are captured into the decode step's CUDA graph like the Triton ones.
+GPU's own architecture into the package's cache folder (models.cache_root: $PHYSINF_ROS_CACHE,
+else ~/.cache/physinf_ros), named by a hash of the source and the flags, so an edited kernel is
+rebuilt and an unchanged one is built once. Launches go on torch's current stream, with
+programmatic dependent launch on Hopper and later, so they are captured into the decode step's
+CUDA graph like the Triton ones.
 """
 
 import ctypes
@@ -23,6 +24,7 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from .gptq import CODES_PER_WORD, PackedLinear
+from .models import cache_root
 
 SOURCE = Path(__file__).with_name('q4_gemv.cu')
 THREADS = 256                      # per block, fixed in q4_gemv.cu
@@ -126,8 +128,7 @@ class _Library:
     def _build(self) -> Path:
         flags = _FLAGS + (f'-arch={self.arch}',)
         digest = hashlib.sha256(SOURCE.read_bytes() + ' '.join(flags).encode()).hexdigest()
-        cache = Path(os.environ.get('PHYSINF_ROS_CACHE')
-                     or Path.home() / '.cache' / 'physinf_ros')
+        cache = cache_root()
         target = cache / f'q4_gemv_{digest[:16]}_{self.arch}.so'
         if target.is_file():
             return target
