@@ -11,7 +11,7 @@ are checked without a GPU.
 from pathlib import Path
 import shutil
 
-from physinf_ros.engine import gptq, q4_cuda
+from physinf_ros.engine import cuda_build, gptq, q4_cuda
 from physinf_ros.engine.gptq import PackedLinear
 from physinf_ros.engine.kernels import KernelConfig, KernelOps
 from physinf_ros.engine.q4_cuda import Q4Shape
@@ -42,7 +42,7 @@ def exact(w, x):
     return w.dense(torch.float64) @ x.double()
 
 
-def inputs(op, k, dtype, seed):
+def inputs(k, dtype, seed):
     gen = torch.Generator().manual_seed(seed)
     x = (torch.randn(k, generator=gen) * 3).to(CUDA)
     norm = (1 + 0.1 * torch.randn(k, generator=gen)).to(CUDA, dtype)
@@ -89,7 +89,7 @@ def test_cuda_q4_gemv_matches_triton_at_every_launch_shape(op, n, k, group, dtyp
         pytest.fail(f'the CUDA 4-bit kernels did not build: {q4_cuda.unavailable(CUDA)}')
     rows = 2 * n if op == 'gate_up' else n
     w = packed(rows, k, group, dtype, asymmetric, seed=n + k)
-    x, norm = inputs(op, k, dtype, seed=k)
+    x, norm = inputs(k, dtype, seed=k)
     bias = torch.randn(n, device=CUDA).to(dtype) if op == 'qkv' else None
     triton_y = run(op, KernelConfig(q4_cuda=False), w, x, norm, bias, n)
     expected = reference(op, w, x, norm, bias, n)
@@ -175,9 +175,8 @@ def test_kernel_configs_carry_the_switch_and_cuda_shapes_as_kernels_yaml_spells_
                     reason='needs nvcc (the CUDA toolkit) to compile q4_gemv.cu')
 def test_cuda_source_compiles_for_hopper_without_spills(tmp_path):
     import subprocess
-    nvcc = q4_cuda._nvcc()
-    out = subprocess.run([nvcc, *q4_cuda._FLAGS, '-arch=sm_90', '-Xptxas', '-v', '-o',
-                          str(tmp_path / 'q4.so'), str(q4_cuda.SOURCE)],
+    out = subprocess.run([cuda_build.nvcc(), *cuda_build.FLAGS, '-arch=sm_90', '-Xptxas', '-v',
+                          '-o', str(tmp_path / 'q4.so'), str(q4_cuda.SOURCE)],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     report = out.stderr
