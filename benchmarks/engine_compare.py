@@ -96,8 +96,8 @@ def run_family(report, model, chosen, contexts, args, b_peak, kernel_config):
 def kernel_config_from_args(args, parser) -> KernelConfig:
     """kernels.yaml's configuration for this GPU, then the sweep's shapes, then the flags."""
     config = KernelConfig.for_device(torch.device('cuda'))
-    for tuning in args.tuning:   # the sweeps' shapes win over config/kernels.yaml's
-        with open(tuning) as f:
+    if args.tuning:   # the sweep's shapes win over config/kernels.yaml's
+        with open(args.tuning) as f:
             config = config.with_tuning(json.load(f)['tuning'])
     for flag in args.kernel_flag:
         name, _, value = flag.partition('=')
@@ -116,9 +116,8 @@ def main(argv=None):
     parser.add_argument('--contexts', default='2048,8192,16384')
     parser.add_argument('--warmup', type=int, default=5)
     parser.add_argument('--steps', type=int, default=30)
-    parser.add_argument('--tuning', action='append', default=[],
-                        help='kernel_sweep.py output: its launch shapes for the kernel '
-                        'configuration of every cell (repeat for several sweeps)')
+    parser.add_argument('--tuning', help='kernel_sweep.py output: its launch shapes for the '
+                        'kernel configuration of every cell')
     parser.add_argument('--kernel-flag', action='append', default=[], metavar='NAME=VALUE',
                         help='set a switch (0|1) or a number of the kernel configuration, for '
                              'one arm of an A/B (e.g. HALF2=0: 4-bit GEMVs in float32 '

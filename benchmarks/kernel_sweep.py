@@ -16,8 +16,7 @@ import itertools
 import json
 import time
 
-from physinf_ros.engine import gemv16_cuda, ops_torch, q4_cuda
-from physinf_ros.engine.gemv16_cuda import Gemv16Shape
+from physinf_ros.engine import ops_torch, q4_cuda
 from physinf_ros.engine.gptq import PackedLinear
 from physinf_ros.engine.kernels import AttentionConfig, GemvConfig, KernelConfig, KernelOps
 from physinf_ros.engine.llama import ModelConfig, rope_tables
@@ -42,7 +41,7 @@ def gemv_cases(c: ModelConfig):
     """
     Return (kind, N, K, copies) for each GEMV of one decode step.
 
-    bf16 in Triton and in CUDA (_cuda), 4-bit in Triton (_q4) and in CUDA (_q4cuda).
+    bf16, 4-bit in Triton (_q4) and 4-bit in CUDA (_q4cuda).
     """
     h, i = c.hidden_size, c.intermediate_size
     layers = c.num_layers
@@ -51,7 +50,6 @@ def gemv_cases(c: ModelConfig):
              ('gate_up', i, h, layers),
              ('matvec_add', h, i, layers)]
     return (layer + [('rms_matvec', c.vocab_size, h, 2)]
-            + [(kind + '_cuda', n, k, copies) for kind, n, k, copies in layer]
             + [(kind + '_q4', n, k, copies) for kind, n, k, copies in layer]
             + [(kind + '_q4cuda', n, k, copies) for kind, n, k, copies in layer])
 
@@ -63,12 +61,6 @@ CANDIDATES = {
                 itertools.product((4, 8, 16), (256, 512, 1024), (4, 8))],
     'matvec_add': [GemvConfig(bn, bk, s, w) for bn, bk, s, w in
                    itertools.product((4, 8, 16, 32), (512, 1024), (1, 2, 4), (4, 8))],
-    # CUDA 16-bit (gemv16.cu): block_n = 8 warps x outputs per warp, block_k = steps of 256
-    # inputs in flight per row, K splits where the output accumulates; 8 warps.
-    'rms_matvec_cuda': [Gemv16Shape(r, d, 1).as_gemv() for r, d in gemv16_cuda.SHAPES[False]],
-    'gate_up_cuda': [Gemv16Shape(r, d, 1).as_gemv() for r, d in gemv16_cuda.SHAPES[True]],
-    'matvec_add_cuda': [Gemv16Shape(r, d, s).as_gemv() for (r, d), s in
-                        itertools.product(gemv16_cuda.SHAPES[False], gemv16_cuda.SPLITS)],
     # 4-bit codes: block_k inputs (block_k / 8 rows of GPTQ words) by block_n outputs.
     # Wide tiles and many splits too: the 4-bit QKV and o_proj move only ~1.1 TB/s with
     # run 11's shapes (ncu, session 6), too few bytes in flight per SM.
@@ -101,10 +93,9 @@ def random_weight(kind, rows, k, device, dtype):
 
 def sweep_gemv(kind, n, k, copies, device, dtype, base_config: KernelConfig):
     """Time every candidate launch shape of one GEMV, each in its own kernel configuration."""
-    base = kind.split('_q4')[0].removesuffix('_cuda')
-    # The Triton kinds are timed with the CUDA kernels switched off, the CUDA kinds with them on.
-    base_config = replace(base_config, q4_cuda=kind.endswith('_q4cuda'),
-                          gemv16_cuda=kind.endswith('_cuda'))
+    base = kind.split('_q4')[0]
+    # The Triton 4-bit kinds are timed with the CUDA kernels switched off.
+    base_config = replace(base_config, q4_cuda=kind.endswith('_q4cuda'))
     rows = 2 * n if base == 'gate_up' else n
     weights = [random_weight(kind, rows, k, device, dtype) for _ in range(copies)]
     x = torch.randn(k, device=device)

@@ -48,10 +48,6 @@
 #              not of flags, with the machine held fixed. PAIRED_MODELS, PAIRED_CONTEXTS;
 #              benchmarks/paired_summary.py prints new / base per cell at the end
 #   robotsweep kernel_sweep.py's bf16 GEMV launch shapes on the robot-size shapes (no attention)
-#   cudasweep  kernel_sweep.py's CUDA 16-bit GEMV (_cuda) launch shapes on the 8B and robot-size
-#              shapes (CUDA_SWEEP_MODELS), their best as kernels.yaml lines in
-#              $WORK/kernels_cuda.yaml; CUDA_SWEEP_APPLY=1 adds them to this call's
-#              config/kernels.yaml, for the stages after it (paired, robots) to run them
 #   robots     physinf-bench on the robot-size shapes (Llama-3.2-1B, Qwen2.5-1.5B, Llama-3.2-3B),
 #              eager vs graphed (ROBOT_MODES) at ctx 2048, 3 fresh sessions
 #   attention  physinf-attention: decode attention per layer, every backend here, ctx 2048-16384
@@ -252,23 +248,6 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
           --model synthetic:$arch --skip-attention --kinds rms_matvec,matvec_add,gate_up \
           --out "$WORK/kernel_sweep_$arch.json"
       done;;
-    cudasweep)
-      for arch in ${CUDA_SWEEP_MODELS:-llama-3.1-8b llama-3.2-1b qwen2.5-1.5b llama-3.2-3b}; do
-        TAIL=6 run cudasweep_$arch "${SWEEP_LIMIT:-150}" python3 benchmarks/kernel_sweep.py \
-          --model synthetic:$arch --skip-attention \
-          --kinds rms_matvec_cuda,gate_up_cuda,matvec_add_cuda \
-          --out "$WORK/kernel_sweep_cuda_$arch.json"
-      done
-      python3 - "$WORK"/kernel_sweep_cuda_*.json > "$WORK/kernels_cuda.yaml" <<'PY'
-import json, sys
-for path in sys.argv[1:]:
-    report = json.load(open(path))
-    print(f"    # {report['model'].removeprefix('synthetic:')}, CUDA 16-bit (gemv16.cu)")
-    for row in report['tuning']['gemv']:
-        print('    - {' + ', '.join(f'{key}: {value}' for key, value in row.items()) + '}')
-PY
-      cat "$WORK/kernels_cuda.yaml"
-      [ "${CUDA_SWEEP_APPLY:-0}" = 1 ] && cat "$WORK/kernels_cuda.yaml" >> config/kernels.yaml;;
     robots)
       for arch in llama-3.2-1b qwen2.5-1.5b llama-3.2-3b; do
         TAIL=6 run robots_$arch "${BENCH_LIMIT:-200}" python3 -m physinf_ros.bench.cli \

@@ -10,11 +10,9 @@ step has few launches:
   rope_attention    split-K GQA attention over the filled cache (flash-decoding), + reduce;
                     the split kernel also applies RoPE and stores this token's k and v at `pos`
   greedy_head       final RMSNorm + lm_head GEMV with the argmax folded into its epilogue
-On a GPU the 16-bit GEMVs but the greedy head run the CUDA kernels of gemv16.cu instead
-(gemv16_cuda.py), where it can be built. GPTQ 4-bit linears (PackedLinear) take the same roles
-through _q4_gemv_kernel, which reads GPTQ's own layout, or on a GPU through the CUDA kernels of
-q4_gemv.cu (q4_cuda.py). `pos` is read on the device, so one captured graph serves every
-position.
+GPTQ 4-bit linears (PackedLinear) take the same roles through _q4_gemv_kernel, which reads
+GPTQ's own layout, or on a GPU through the CUDA kernels of q4_gemv.cu (q4_cuda.py). `pos` is
+read on the device, so one captured graph serves every position.
 On Hopper every kernel is launched with programmatic dependent launch (PDL): it is scheduled
 while its predecessor drains, reads its first weight tile (attention: its first cached keys
 and values), and only then waits for the predecessor's results, which hides most of the gap
@@ -102,10 +100,6 @@ class KernelConfig:
     # of rows) where it can be built; launch shapes from tuned kinds '<kind>_q4cuda', else
     # q4_cuda.launch_shape. Off: the Triton kernel.
     q4_cuda: bool = True
-    # The 16-bit GEMVs in CUDA (gemv16.cu: inputs staged once per block, warps stream rows)
-    # where it can be built; launch shapes from tuned kinds '<kind>_cuda', else
-    # gemv16_cuda.launch_shape. Off: the Triton kernels. The greedy head stays on Triton.
-    gemv16_cuda: bool = True
 
     def __post_init__(self):
         object.__setattr__(self, 'tuned', MappingProxyType(dict(self.tuned)))
@@ -142,8 +136,8 @@ class KernelConfig:
         """
         Return this configuration with one switch or number set from text, for an A/B.
 
-        name is a switch (evict_first, half2, q4_cuda, gemv16_cuda: value 0 or 1) or
-        attention.FIELD (a number); case does not matter (EVICT_FIRST=0 as on the command line).
+        name is a switch (evict_first, half2, q4_cuda: value 0 or 1) or attention.FIELD (a
+        number); case does not matter (EVICT_FIRST=0 as on the command line).
         """
         owner, _, field_name = name.lower().rpartition('.')
         target = self.attention if owner == 'attention' else self
@@ -154,7 +148,7 @@ class KernelConfig:
             changed = replace(target, **{field_name: int(value)})
         else:
             raise ValueError(f'{name} is not a kernel switch or number: choose evict_first, '
-                             'half2, q4_cuda, gemv16_cuda or attention.'
+                             'half2, q4_cuda or attention.'
                              + '|'.join(f.name for f in fields(AttentionConfig)))
         return replace(self, attention=changed) if owner else changed
 
@@ -184,35 +178,6 @@ class KernelConfig:
         from . import q4_cuda
         return (q4_cuda.supported(w, x, norm_w) and not q4_cuda.unavailable(x.device))
 
-    def gemv16_cuda_path(self, w: torch.Tensor, x: torch.Tensor,
-                         norm_w: Optional[torch.Tensor]) -> bool:
-        """Whether this 16-bit GEMV runs gemv16.cu: switched on, a GPU that has it."""
-        if not self.gemv16_cuda or INTERPRET or x.device.type != 'cuda':
-            return False
-        from . import gemv16_cuda
-        return gemv16_cuda.supported(w, x, norm_w) and not gemv16_cuda.unavailable(x.device)
-
-    def gemv16_kernel_note(self, device: torch.device) -> str:
-        """Return a log line saying which kernels run the 16-bit GEMVs on device, and why."""
-        if not self.gemv16_cuda:
-            return '16-bit GEMVs: Triton kernels (gemv16_cuda switched off)'
-        from . import gemv16_cuda
-        reason = gemv16_cuda.unavailable(device)
-        if reason:
-            return f'16-bit GEMVs: Triton kernels, the CUDA kernels are unavailable: {reason}'
-        return '16-bit GEMVs: CUDA kernels (gemv16.cu), the greedy head on Triton'
-
-    def gemv16_cuda_shape(self, kind: str, n: int, k: int, accumulate: bool,
-                          device: torch.device):
-        """Launch shape of a CUDA 16-bit GEMV: the tuned '<kind>_cuda' entry, else the default."""
-        from . import gemv16_cuda
-        tuned = self.tuned.get((kind + '_cuda', n, k))
-        if tuned is not None:
-            return gemv16_cuda.Gemv16Shape.from_gemv(tuned)
-        return gemv16_cuda.launch_shape(n, k, kind == 'gate_up', accumulate,
-                                        torch.cuda.get_device_properties(device)
-                                        .multi_processor_count)
-
     def q4_kernel_note(self, device: torch.device) -> str:
         """Return a log line saying which kernel runs the 4-bit GEMVs on device, and why."""
         if not self.q4_cuda:
@@ -241,7 +206,7 @@ class KernelConfig:
         return {'tuned': [{'kind': kind, 'n': n, 'k': k, **asdict(shape)}
                           for (kind, n, k), shape in self.tuned.items()],
                 'attention': asdict(self.attention), 'evict_first': self.evict_first,
-                'half2': self.half2, 'q4_cuda': self.q4_cuda, 'gemv16_cuda': self.gemv16_cuda}
+                'half2': self.half2, 'q4_cuda': self.q4_cuda}
 
 
 DEFAULT_CONFIG = KernelConfig()
@@ -694,11 +659,6 @@ def _matvec(w, x, y, norm_w, bias, eps, kind, config: KernelConfig, accumulate=F
         _q4_gemv(w, x, y, norm_w, bias, eps, kind, config, accumulate)
         return
     n, k = w.shape
-    if argmax is None and config.gemv16_cuda_path(w, x, norm_w):
-        from . import gemv16_cuda
-        gemv16_cuda.gemv(w, x, y, norm_w, bias, eps, False, accumulate,
-                         config.gemv16_cuda_shape(kind, n, k, accumulate, x.device))
-        return
     cfg = config.gemv(kind, n, k)
     split_k = cfg.split_k if accumulate else 1
     _matvec_kernel[(triton.cdiv(n, cfg.block_n), split_k)](
@@ -764,11 +724,6 @@ def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up, eps: floa
     y = torch.empty(n, device=x.device, dtype=torch.float32)
     if isinstance(w_gate_up, PackedLinear):
         _q4_gemv(w_gate_up, x, y, norm_w, None, eps, 'gate_up', config)
-        return y
-    if config.gemv16_cuda_path(w_gate_up, x, norm_w):
-        from . import gemv16_cuda
-        gemv16_cuda.gemv(w_gate_up, x, y, norm_w, None, eps, True, False,
-                         config.gemv16_cuda_shape('gate_up', n, k, False, x.device))
         return y
     cfg = config.gemv('gate_up', n, k)
     _gate_up_kernel[(triton.cdiv(n, cfg.block_n),)](

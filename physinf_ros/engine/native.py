@@ -60,11 +60,8 @@ class NativeDecoder:
             # The kernels run as configured (kernels.yaml's entry for this GPU unless given).
             from .kernels import KernelConfig, KernelOps
             self.ops = KernelOps(kernel_config or KernelConfig.for_device(device, log))
-            # Say which kernels stream the model's GEMVs, and why.
-            if weights.step_facts().group_size:
+            if weights.step_facts().group_size:   # a 4-bit model: say which kernel streams it
                 log(self.ops.config.q4_kernel_note(device))
-            elif weights.dtype != torch.float32:
-                log(self.ops.config.gemv16_kernel_note(device))
         else:
             self.ops = ops_torch
         self.graphed = graphed and device.type == 'cuda'
