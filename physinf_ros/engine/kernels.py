@@ -100,10 +100,6 @@ class KernelConfig:
     # of rows) where it can be built; launch shapes from tuned kinds '<kind>_q4cuda', else
     # q4_cuda.launch_shape. Off: the Triton kernel.
     q4_cuda: bool = True
-    # Every layer of a 16-bit step in one persistent kernel (persistent_step.cu) where the
-    # model, cache and GPU fit it (persistent.unsupported). Off by default: it measured about
-    # twice as slow as the per-op kernels (docs/PERF.md, session 11); on only in A/Bs.
-    persistent: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, 'tuned', MappingProxyType(dict(self.tuned)))
@@ -140,7 +136,7 @@ class KernelConfig:
         """
         Return this configuration with one switch or number set from text, for an A/B.
 
-        name is a switch (evict_first, half2, q4_cuda, persistent: 0 or 1) or attention.FIELD (a
+        name is a switch (evict_first, half2, q4_cuda: value 0 or 1) or attention.FIELD (a
         number); case does not matter (EVICT_FIRST=0 as on the command line).
         """
         owner, _, field_name = name.lower().rpartition('.')
@@ -152,7 +148,7 @@ class KernelConfig:
             changed = replace(target, **{field_name: int(value)})
         else:
             raise ValueError(f'{name} is not a kernel switch or number: choose evict_first, '
-                             'half2, q4_cuda, persistent or attention.'
+                             'half2, q4_cuda or attention.'
                              + '|'.join(f.name for f in fields(AttentionConfig)))
         return replace(self, attention=changed) if owner else changed
 
@@ -210,7 +206,7 @@ class KernelConfig:
         return {'tuned': [{'kind': kind, 'n': n, 'k': k, **asdict(shape)}
                           for (kind, n, k), shape in self.tuned.items()],
                 'attention': asdict(self.attention), 'evict_first': self.evict_first,
-                'half2': self.half2, 'q4_cuda': self.q4_cuda, 'persistent': self.persistent}
+                'half2': self.half2, 'q4_cuda': self.q4_cuda}
 
 
 DEFAULT_CONFIG = KernelConfig()
@@ -782,27 +778,6 @@ class KernelOps:
 
     def __init__(self, config: KernelConfig):
         self.config = config
-
-    def layers_for(self, weights, cache, log: Callable[[str], None] = lambda _: None):
-        """
-        Return decode_layers(w, cache, token, pos, cos, sin) for this model and cache.
-
-        The persistent kernel where the config has it on and it fits (a log line says which,
-        and why not), else llama.decode_layers on these ops.
-        """
-        from functools import partial
-        from .llama import decode_layers
-        per_op = partial(decode_layers, ops=self)
-        if not self.config.persistent:
-            return per_op
-        from . import persistent
-        reason = persistent.unsupported(weights, cache, cache.k.device)
-        if reason:
-            if weights.dtype in persistent.DTYPES and not weights.step_facts().group_size:
-                log(f'decode layers: per-op kernels, the persistent kernel cannot run: {reason}')
-            return per_op
-        log('decode layers: one persistent kernel per step (persistent_step.cu)')
-        return persistent.PersistentLayers(weights, cache, cache.k.device)
 
     def rms_matvec(self, x, norm_w, w, bias, eps, out=None):
         return rms_matvec(x, norm_w, w, bias, eps, out, self.config)

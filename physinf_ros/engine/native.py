@@ -17,7 +17,6 @@ the filled part of the cache at every length: no buckets, no padding to the maxi
 """
 
 from dataclasses import replace
-from functools import partial
 from typing import Callable, Dict, Optional, Sequence, TYPE_CHECKING
 
 import torch
@@ -63,10 +62,8 @@ class NativeDecoder:
             self.ops = KernelOps(kernel_config or KernelConfig.for_device(device, log))
             if weights.step_facts().group_size:   # a 4-bit model: say which kernel streams it
                 log(self.ops.config.q4_kernel_note(device))
-            self._decode_layers = self.ops.layers_for(weights, self.cache, log)
         else:
             self.ops = ops_torch
-            self._decode_layers = partial(decode_layers, ops=ops_torch)
         self.graphed = graphed and device.type == 'cuda'
         # Step state on the device: the last chosen token and its position.
         self.token = torch.zeros(1, dtype=torch.long, device=device)
@@ -99,7 +96,7 @@ class NativeDecoder:
     def _body(self, greedy: bool) -> None:
         # The step as captured: everything on the device, nothing read back.
         w = self.weights
-        x = self._decode_layers(w, self.cache, self.token, self.pos, self.cos, self.sin)
+        x = decode_layers(w, self.cache, self.token, self.pos, self.cos, self.sin, self.ops)
         eps = w.config.rms_norm_eps
         if greedy:
             self.ops.greedy_head(x, w.norm, w.lm_head, eps, self.logits, self.token, self.pos)

@@ -11,7 +11,7 @@ are checked without a GPU.
 from pathlib import Path
 import shutil
 
-from physinf_ros.engine import cuda_build, gptq, q4_cuda
+from physinf_ros.engine import gptq, q4_cuda
 from physinf_ros.engine.gptq import PackedLinear
 from physinf_ros.engine.kernels import KernelConfig, KernelOps
 from physinf_ros.engine.q4_cuda import Q4Shape
@@ -175,8 +175,8 @@ def test_kernel_configs_carry_the_switch_and_cuda_shapes_as_kernels_yaml_spells_
                     reason='needs nvcc (the CUDA toolkit) to compile q4_gemv.cu')
 def test_cuda_source_compiles_for_hopper_without_spills(tmp_path):
     import subprocess
-    nvcc = cuda_build.nvcc()
-    out = subprocess.run([nvcc, *cuda_build.FLAGS, '-arch=sm_90', '-Xptxas', '-v', '-o',
+    nvcc = q4_cuda._nvcc()
+    out = subprocess.run([nvcc, *q4_cuda._FLAGS, '-arch=sm_90', '-Xptxas', '-v', '-o',
                           str(tmp_path / 'q4.so'), str(q4_cuda.SOURCE)],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
