@@ -2,6 +2,7 @@
 import ctypes
 from pathlib import Path
 import sys
+import tempfile
 
 import numpy as np
 from physinf_ros.engine import persistent
@@ -10,7 +11,7 @@ from physinf_ros.engine.llama import from_state_dict, KVCache, ModelConfig, rope
 from physinf_ros.engine.models import synthetic_config
 import torch
 
-traced = Path('/tmp/persistent_traced.cu')
+traced = Path(tempfile.gettempdir()) / 'persistent_traced.cu'
 traced.write_text('#define PHYSINF_TRACE\n' + persistent.SOURCE.read_text())
 persistent.SOURCE = traced
 arch = sys.argv[1] if len(sys.argv) > 1 else 'llama-3.1-8b'
