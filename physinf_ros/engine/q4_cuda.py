@@ -155,15 +155,21 @@ def _nvcc() -> Optional[str]:
     return shutil.which('nvcc')
 
 
-_LIBRARIES: Dict[Tuple[int, int], _Library] = {}
+_LIBRARIES: Dict[Tuple[int, int], _Library] = {}   # architecture -> its build
+_DEVICE_LIBRARIES: Dict[int, _Library] = {}         # device index -> its architecture's build
 
 
 def library(device: torch.device) -> _Library:
     """Return the library of device's architecture, built on first use (.reason if it failed)."""
-    capability = torch.cuda.get_device_capability(device)
-    if capability not in _LIBRARIES:
-        _LIBRARIES[capability] = _Library(capability)
-    return _LIBRARIES[capability]
+    # Kept per device index: asking torch for the capability costs ~12 us on the host, and every
+    # eager 4-bit launch looks the library up (PERF.md, session 11, run 13).
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _DEVICE_LIBRARIES:
+        capability = torch.cuda.get_device_capability(index)
+        if capability not in _LIBRARIES:
+            _LIBRARIES[capability] = _Library(capability)
+        _DEVICE_LIBRARIES[index] = _LIBRARIES[capability]
+    return _DEVICE_LIBRARIES[index]
 
 
 def unavailable(device: torch.device) -> str:
