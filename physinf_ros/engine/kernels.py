@@ -64,14 +64,6 @@ class AttentionConfig:
     min_chunk: int = 128
     block_t: int = 64
     num_warps: int = 4
-    # Splits per kv head of attention.cu (KernelConfig.attention_cuda): one thread-block
-    # cluster, 8 (4 tiles in flight per warp) or 16 (2 tiles, two blocks per SM).
-    cuda_splits: int = 8
-
-    def __post_init__(self):
-        if self.cuda_splits not in (8, 16):
-            raise ValueError(f'attention.cuda_splits is {self.cuda_splits}: attention.cu is '
-                             'built for 8 or 16 splits per kv head')
 
 
 # Launch shapes per kind for GEMV shapes a GPU's tuning does not list: the H200 sweep's choices,
@@ -108,11 +100,6 @@ class KernelConfig:
     # of rows) where it can be built; launch shapes from tuned kinds '<kind>_q4cuda', else
     # q4_cuda.launch_shape. Off: the Triton kernel.
     q4_cuda: bool = True
-    # Attention in CUDA (attention.cu: RoPE, cache write, splits and their merge in one launch,
-    # the splits of a kv head one thread-block cluster) where it can be built and takes the
-    # cache; attention.min_chunk and attention.cuda_splits apply. Off: the Triton split and
-    # reduce kernels.
-    attention_cuda: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, 'tuned', MappingProxyType(dict(self.tuned)))
@@ -149,8 +136,8 @@ class KernelConfig:
         """
         Return this configuration with one switch or number set from text, for an A/B.
 
-        name is a switch (evict_first, half2, q4_cuda, attention_cuda: value 0 or 1) or
-        attention.FIELD (a number); case does not matter (EVICT_FIRST=0 as on the command line).
+        name is a switch (evict_first, half2, q4_cuda: value 0 or 1) or attention.FIELD (a
+        number); case does not matter (EVICT_FIRST=0 as on the command line).
         """
         owner, _, field_name = name.lower().rpartition('.')
         target = self.attention if owner == 'attention' else self
@@ -161,7 +148,7 @@ class KernelConfig:
             changed = replace(target, **{field_name: int(value)})
         else:
             raise ValueError(f'{name} is not a kernel switch or number: choose evict_first, '
-                             'half2, q4_cuda, attention_cuda or attention.'
+                             'half2, q4_cuda or attention.'
                              + '|'.join(f.name for f in fields(AttentionConfig)))
         return replace(self, attention=changed) if owner else changed
 
@@ -191,26 +178,6 @@ class KernelConfig:
         from . import q4_cuda
         return (q4_cuda.supported(w, x, norm_w) and not q4_cuda.unavailable(x.device))
 
-    def attention_cuda_path(self, qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor,
-                            k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int) -> bool:
-        """Whether this attention runs attention.cu: switched on, a GPU and a cache it takes."""
-        if not self.attention_cuda or INTERPRET or qkv.device.type != 'cuda':
-            return False
-        from . import attention_cuda
-        return (attention_cuda.supported(qkv, pos, cos, k_cache, v_cache, num_heads)
-                and not attention_cuda.unavailable(qkv.device))
-
-    def attention_kernel_note(self, device: torch.device) -> str:
-        """Return a log line saying which kernels run attention on device, and why."""
-        if not self.attention_cuda:
-            return 'attention: Triton split and reduce kernels (attention_cuda switched off)'
-        from . import attention_cuda
-        reason = attention_cuda.unavailable(device)
-        if reason:
-            return ('attention: Triton split and reduce kernels, attention.cu is unavailable: '
-                    + reason)
-        return 'attention: one CUDA kernel per layer (attention.cu) where the cache allows'
-
     def q4_kernel_note(self, device: torch.device) -> str:
         """Return a log line saying which kernel runs the 4-bit GEMVs on device, and why."""
         if not self.q4_cuda:
@@ -239,8 +206,7 @@ class KernelConfig:
         return {'tuned': [{'kind': kind, 'n': n, 'k': k, **asdict(shape)}
                           for (kind, n, k), shape in self.tuned.items()],
                 'attention': asdict(self.attention), 'evict_first': self.evict_first,
-                'half2': self.half2, 'q4_cuda': self.q4_cuda,
-                'attention_cuda': self.attention_cuda}
+                'half2': self.half2, 'q4_cuda': self.q4_cuda}
 
 
 DEFAULT_CONFIG = KernelConfig()
@@ -781,11 +747,6 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
 
     qkv is the QKV GEMV's output [(Hq + 2 Hkv) D]; returns float32 [Hq * D].
     """
-    if config.attention_cuda_path(qkv, pos, cos, k_cache, v_cache, num_heads):
-        from . import attention_cuda
-        return attention_cuda.rope_attention(qkv, pos, cos, sin, k_cache, v_cache, num_heads,
-                                             config.attention.cuda_splits,
-                                             config.attention.min_chunk)
     kv_heads, max_context, dim = k_cache.shape
     group = num_heads // kv_heads
     group_p = max(16, triton.next_power_of_2(group))   # tl.dot needs 16 rows

@@ -8,7 +8,10 @@ as close to the exact product as the half2 sums are. The launch-shape rule and t
 are checked without a GPU.
 """
 
-from physinf_ros.engine import cuda_build, gptq, q4_cuda
+from pathlib import Path
+import shutil
+
+from physinf_ros.engine import gptq, q4_cuda
 from physinf_ros.engine.gptq import PackedLinear
 from physinf_ros.engine.kernels import KernelConfig, KernelOps
 from physinf_ros.engine.q4_cuda import Q4Shape
@@ -168,12 +171,39 @@ def test_kernel_configs_carry_the_switch_and_cuda_shapes_as_kernels_yaml_spells_
     assert not KernelConfig().q4_cuda_path(w, torch.zeros(4096), None)
 
 
-@pytest.mark.skipif(cuda_build.nvcc() is None,
+def test_library_lookup_asks_torch_for_the_capability_once_per_device(monkeypatch):
+    # Every eager 4-bit launch looks the library up; the capability query is what costs there.
+    asked, built = [], []
+    capabilities = {0: (9, 0), 1: (9, 0), 2: (8, 9)}
+    monkeypatch.setattr(torch.cuda, 'get_device_capability',
+                        lambda index: asked.append(index) or capabilities[index])
+    monkeypatch.setattr(q4_cuda, '_Library',
+                        lambda capability: built.append(capability) or capability)
+    monkeypatch.setattr(q4_cuda, '_LIBRARIES', {})
+    monkeypatch.setattr(q4_cuda, '_DEVICE_LIBRARIES', {})
+    for _ in range(3):
+        for index in (0, 1, 2):
+            q4_cuda.library(torch.device('cuda', index))
+    assert asked == [0, 1, 2]
+    assert built == [(9, 0), (8, 9)]    # one build per architecture, shared by its devices
+    assert q4_cuda.library(torch.device('cuda', 2)) == (8, 9)
+
+
+def test_a_missing_compiler_is_a_reason_not_an_error(monkeypatch, tmp_path):
+    monkeypatch.setattr(q4_cuda, '_nvcc', lambda: None)
+    monkeypatch.setenv('PHYSINF_ROS_CACHE', str(tmp_path))
+    library = q4_cuda._Library((9, 0))
+    assert library.handle is None
+    assert 'nvcc' in library.reason and 'CUDA_HOME' in library.reason
+
+
+@pytest.mark.skipif(shutil.which('nvcc') is None and not Path('/usr/local/cuda/bin/nvcc').exists(),
                     reason='needs nvcc (the CUDA toolkit) to compile q4_gemv.cu')
 def test_cuda_source_compiles_for_hopper_without_spills(tmp_path):
     import subprocess
-    out = subprocess.run([cuda_build.nvcc(), *cuda_build.FLAGS, '-arch=sm_90', '-Xptxas', '-v',
-                          '-o', str(tmp_path / 'q4.so'), str(q4_cuda.SOURCE)],
+    nvcc = q4_cuda._nvcc()
+    out = subprocess.run([nvcc, *q4_cuda._FLAGS, '-arch=sm_90', '-Xptxas', '-v', '-o',
+                          str(tmp_path / 'q4.so'), str(q4_cuda.SOURCE)],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     report = out.stderr
