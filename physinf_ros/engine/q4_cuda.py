@@ -161,8 +161,8 @@ _DEVICE_LIBRARIES: Dict[int, _Library] = {}         # device index -> its archit
 
 def library(device: torch.device) -> _Library:
     """Return the library of device's architecture, built on first use (.reason if it failed)."""
-    # Kept per device index: asking torch for the capability costs ~12 us on the host, and every
-    # eager 4-bit launch looks the library up (PERF.md, session 11, run 13).
+    # Kept per device index: every eager 4-bit launch looks the library up, and asking torch for
+    # the capability was about half of that check's 12.6 us (PERF.md, sessions 11 and 12).
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in _DEVICE_LIBRARIES:
         capability = torch.cuda.get_device_capability(index)
