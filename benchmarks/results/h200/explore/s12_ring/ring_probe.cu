@@ -15,7 +15,9 @@
 #ifndef SLOTS
 #define SLOTS 11
 #endif
-constexpr int SLOT_BYTES = 16384;
+#ifndef SLOT_BYTES
+#define SLOT_BYTES 16384
+#endif
 constexpr int CONSUMERS = 8;                      // consumer warps; warp CONSUMERS produces
 constexpr int THREADS = (CONSUMERS + 1) * 32;
 constexpr int MAX_K = 14336;
@@ -131,6 +133,8 @@ ring_chain(const Phase* __restrict__ phases, int num_phases, int* counter) {
         mbar_wait(&full[slot], (it / SLOTS) & 1);
         const int steps = (int)(min((long long)SLOT_BYTES, span - off) / (STEP * 2));
         const int first = (int)(off / 2);   // the slot's first element in the span
+#ifndef NO_MATH   // NO_MATH: the consumers only wait for each slot and free it (a TMA-only bound)
+#ifdef STEP_REDUCE   // run 1: a reduction after every 512-byte step
         for (int step = warp; step < steps; step += CONSUMERS) {
           const int e = first + step * STEP + lane * 8;
           const int row = e / ph.k, col = e % ph.k;
@@ -149,6 +153,40 @@ ring_chain(const Phase* __restrict__ phases, int num_phases, int* counter) {
           for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffff, sum, o);
           if (lane == 0) atomicAdd(&acc[s * MAX_ROWS + row], sum);
         }
+#else   // a warp takes GROUP consecutive steps (one row: K is a multiple of GROUP * STEP),
+        // all its loads first, one reduction
+        constexpr int GROUP = SLOT_BYTES / (STEP * 2) / CONSUMERS;
+        const int step0 = warp * GROUP;
+        if (step0 < steps) {
+          const int e0 = first + step0 * STEP;
+          const int row = e0 / ph.k, col0 = e0 % ph.k;
+          uint4 wv[GROUP], xv[GROUP];
+#pragma unroll
+          for (int g = 0; g < GROUP; ++g) {
+            wv[g] = *(const uint4*)(ring + slot * SLOT_BYTES + (step0 + g) * STEP * 2 + lane * 16);
+            xv[g] = *(const uint4*)(xs + col0 + g * STEP + lane * 8);
+          }
+          float sum = 0.f;
+#pragma unroll
+          for (int g = 0; g < GROUP; ++g) {
+            const __nv_bfloat162* w2 = (const __nv_bfloat162*)&wv[g];
+            const __nv_bfloat162* x2 = (const __nv_bfloat162*)&xv[g];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const float2 a = __bfloat1622float2(w2[j]), b = __bfloat1622float2(x2[j]);
+              sum = fmaf(a.x, b.x, sum);
+              sum = fmaf(a.y, b.y, sum);
+            }
+          }
+#pragma unroll
+          for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffff, sum, o);
+          if (lane == 0) atomicAdd(&acc[s * MAX_ROWS + row], sum);
+        }
+#endif
+#else
+        (void)steps;
+        (void)first;
+#endif
         __syncwarp();
         if (lane == 0) mbar_arrive(&empty[slot]);
       }

@@ -64,9 +64,9 @@ def reference():
     return outs
 
 
-def ring_step(lib):
+def ring_step(lib, num_phases=len(phases)):
     def step():
-        code = lib.ring_launch(ctypes.c_void_p(table_dev.data_ptr()), len(phases),
+        code = lib.ring_launch(ctypes.c_void_p(table_dev.data_ptr()), num_phases,
                                ctypes.c_void_p(counter.data_ptr()), sms,
                                ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
         if code:
@@ -128,13 +128,15 @@ variants = {}
 for path in libs:
     lib = ctypes.CDLL(path)
     lib.ring_error.restype = ctypes.c_char_p
-    step = ring_step(lib)
-    step()
+    # The first layer alone: further down the chain its values underflow (silu(g) * u roughly
+    # squares them each layer), and a relative error of zeros is 0 / 0.
+    ring_step(lib, 4)()
     torch.cuda.synchronize()
-    errors = [rel(t, r) for t, r in zip((qkv, o, h, d), ref[-1])]
+    errors = [rel(t, r) for t, r in zip((qkv, o, h, d), ref[0])]
     print(f'  {path.split("/")[-1]} ({lib.ring_smem_bytes() // 1024} KB shared): rel error of '
-          f'the last layer (qkv, o, h, d) against torch: '
+          f'the first layer (qkv, o, h, d) against torch: '
           + ', '.join(f'{e:.1e}' for e in errors))
+    step = ring_step(lib)
     variants[path.split('/')[-1]] = graphed(step)
 variants['per-op'] = graphed(per_op_step)
 for rnd in range(3):
