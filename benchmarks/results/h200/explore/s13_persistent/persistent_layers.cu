@@ -54,11 +54,11 @@ constexpr int LANES_PER_TOKEN = D / 8;            // a lane holds 8 dims of a he
 constexpr int TOKEN_GROUPS = 32 / LANES_PER_TOKEN;  // tokens a warp takes at once
 constexpr int TOKENS = SLOT_BYTES / 2 / (D * 2);  // keys per slot (values in its second half)
 constexpr int TOKENS_PER_LANE = TOKENS / CONSUMERS / TOKEN_GROUPS;
-static_assert(TOKENS_PER_LANE % 2 == 0, "attend takes a lane's tokens in pairs");
 constexpr int SHARED_BYTES = SLOTS * SLOT_BYTES + MAX_K * 2 + (2 * MAX_ROWS + 64 + D) * 4
                              + 2 * SLOTS * 8;
 static_assert(D == 64 || D == 128, "head_dim 64 or 128");
-static_assert(CONSUMERS * (D + 2) * GROUP * 4 <= MAX_K * 2, "attention scratch fits in xs");
+static_assert(CONSUMERS * (D + 2) * GROUP * 4 <= MAX_K * 2 && (GROUP + 2) * D * 4 <= MAX_K * 2,
+              "attention scratch fits in xs");
 static_assert(SHARED_BYTES <= 232448, "one block per SM, at most 227 KB");
 
 struct LayerWeights {
@@ -353,15 +353,20 @@ struct Softmax {   // a lane's running max (log2 units), sum and values per quer
   float m[GROUP], l[GROUP], acc[GROUP][8];
 };
 
-// Two keys and values for this lane's token group: s = q . k over the token's lanes. All
-// heads' and both tokens' sums are formed before any is reduced: one head at a time, the
+// AT_ONCE keys and values for this lane's token group: s = q . k over the token's lanes. All
+// heads' and tokens' sums are formed before any is reduced: one head at a time, the
 // reductions' latency was the loop's time (2.5 us a slot, PERF.md session 13).
+#ifndef AT_ONCE
+#define AT_ONCE 2
+#endif
+static_assert(TOKENS_PER_LANE % AT_ONCE == 0, "attend takes a lane's tokens AT_ONCE at a time");
 __device__ __forceinline__ void attend(Softmax& st, const float (&q)[GROUP][8],
-                                       const float (&k)[2][8], const float (&v)[2][8],
-                                       const bool (&valid)[2]) {
-  float s[2][GROUP];
+                                       const float (&k)[AT_ONCE][8],
+                                       const float (&v)[AT_ONCE][8],
+                                       const bool (&valid)[AT_ONCE]) {
+  float s[AT_ONCE][GROUP];
 #pragma unroll
-  for (int t = 0; t < 2; ++t)
+  for (int t = 0; t < AT_ONCE; ++t)
 #pragma unroll
     for (int g = 0; g < GROUP; ++g) {
       s[t][g] = 0.f;
@@ -371,20 +376,34 @@ __device__ __forceinline__ void attend(Softmax& st, const float (&q)[GROUP][8],
 #pragma unroll
   for (int o = 1; o < LANES_PER_TOKEN; o <<= 1)
 #pragma unroll
-    for (int t = 0; t < 2; ++t)
+    for (int t = 0; t < AT_ONCE; ++t)
 #pragma unroll
       for (int g = 0; g < GROUP; ++g) s[t][g] += __shfl_xor_sync(0xffffffff, s[t][g], o);
 #pragma unroll
   for (int g = 0; g < GROUP; ++g) {
-    const float s0 = valid[0] ? s[0][g] : -INFINITY, s1 = valid[1] ? s[1][g] : -INFINITY;
-    const float m_new = fmaxf(st.m[g], fmaxf(s0, s1));
+    float m_new = st.m[g];
+#pragma unroll
+    for (int t = 0; t < AT_ONCE; ++t) {
+      s[t][g] = valid[t] ? s[t][g] : -INFINITY;
+      m_new = fmaxf(m_new, s[t][g]);
+    }
     const bool none = m_new == -INFINITY;   // nothing seen yet: keep the state
     const float alpha = none ? 1.f : exp2f(st.m[g] - m_new);
-    const float p0 = none ? 0.f : exp2f(s0 - m_new), p1 = none ? 0.f : exp2f(s1 - m_new);
-    st.l[g] = st.l[g] * alpha + p0 + p1;
+    float p[AT_ONCE];
+    float l = st.l[g] * alpha;
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
-      st.acc[g][j] = fmaf(st.acc[g][j], alpha, fmaf(p0, v[0][j], p1 * v[1][j]));
+    for (int t = 0; t < AT_ONCE; ++t) {
+      p[t] = none ? 0.f : exp2f(s[t][g] - m_new);
+      l += p[t];
+    }
+    st.l[g] = l;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      float acc = st.acc[g][j] * alpha;
+#pragma unroll
+      for (int t = 0; t < AT_ONCE; ++t) acc = fmaf(p[t], v[t][j], acc);
+      st.acc[g][j] = acc;
+    }
     st.m[g] = m_new;
   }
 }
@@ -408,18 +427,24 @@ __device__ void attention(const Args& a, Ring& ring, int layer, const Item& item
   const int q_base = item.kv_head * GROUP;
   const float qscale = a.scale * 1.4426950408889634f;   // exp2 units
   const bool has_new = item.start < item.end && item.end == pos + 1;
-  // Every load from qkv at once: the queries, and this token's key and value.
+  // The block's rows of qkv (its queries, this token's key and value) are staged in shared
+  // memory once: read by every warp from L2 they took 5 us (run 10).
+  const int k_row = a.heads + item.kv_head, v_row = a.heads + a.kv_heads + item.kv_head;
+  for (int i = threadIdx.x; i < (GROUP + 2) * D / 4; i += CONSUMERS * 32) {
+    const int r = i / (D / 4);
+    const int src = r < GROUP ? q_base + r : (r == GROUP ? k_row : v_row);
+    ((float4*)scratch)[i] = __ldcg((const float4*)(a.qkv + src * D) + i % (D / 4));
+  }
+  consumers_sync();
   float q[GROUP][8], k_new[8], v_new[8];
 #pragma unroll
-  for (int g = 0; g < GROUP; ++g)
-#pragma unroll
-    for (int j = 0; j < 8; ++j) q[g][j] = __ldcg(a.qkv + (q_base + g) * D + c * 8 + j);
-  const int k_row = a.heads + item.kv_head, v_row = a.heads + a.kv_heads + item.kv_head;
-#pragma unroll
   for (int j = 0; j < 8; ++j) {
-    k_new[j] = __ldcg(a.qkv + k_row * D + c * 8 + j);
-    v_new[j] = from_w(to_w(__ldcg(a.qkv + v_row * D + c * 8 + j)));
+#pragma unroll
+    for (int g = 0; g < GROUP; ++g) q[g][j] = scratch[g * D + c * 8 + j];
+    k_new[j] = scratch[GROUP * D + c * 8 + j];
+    v_new[j] = from_w(to_w(scratch[(GROUP + 1) * D + c * 8 + j]));
   }
+  consumers_sync();   // the merge below reuses scratch
 #pragma unroll
   for (int g = 0; g < GROUP; ++g) {
     rotate(q[g], c, rope);
@@ -449,11 +474,11 @@ __device__ void attention(const Args& a, Ring& ring, int layer, const Item& item
     const unsigned char* slot = ring.wait();
     const int count = min(TOKENS, item.cached - t0);
 #pragma unroll
-    for (int i = 0; i < TOKENS_PER_LANE; i += 2) {
-      float k[2][8], v[2][8];
-      bool valid[2];
+    for (int i = 0; i < TOKENS_PER_LANE; i += AT_ONCE) {
+      float k[AT_ONCE][8], v[AT_ONCE][8];
+      bool valid[AT_ONCE];
 #pragma unroll
-      for (int u = 0; u < 2; ++u) {
+      for (int u = 0; u < AT_ONCE; ++u) {
         const int t = (warp * TOKENS_PER_LANE + i + u) * TOKEN_GROUPS + group_lane;
         valid[u] = t < count;
         const int row = valid[u] ? t : 0;
@@ -465,13 +490,14 @@ __device__ void attention(const Args& a, Ring& ring, int layer, const Item& item
     ring.release(lane);
   }
   if (warp == 0) {
-    float kk[2][8] = {}, vv[2][8] = {};
+    float kk[AT_ONCE][8] = {}, vv[AT_ONCE][8] = {};
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       kk[0][j] = k_new[j];
       vv[0][j] = v_new[j];
     }
-    const bool valid[2] = {has_new && group_lane == 0, false};
+    bool valid[AT_ONCE] = {};
+    valid[0] = has_new && group_lane == 0;
     attend(st, q, kk, vv, valid);
   }
   // Merge the warp's token groups (lanes LANES_PER_TOKEN apart), then the warps in shared
