@@ -215,7 +215,11 @@ __device__ void gemv_span(Ring& ring, const wtype* xs, float* acc, int rows, int
     const unsigned char* slot = ring.wait();
     const int steps = (int)(min((long long)SLOT_ELEMS, elems - off) / STEP);
     const int step0 = warp * STEPS_PER_WARP;
+#ifdef NO_MATH   // probe (run 14): consumers only wait for each slot and free it
+    if (false) {
+#else
     if (step0 < steps) {
+#endif
       const long long e0 = off + (long long)step0 * STEP;
       const int row0 = (int)(e0 / k);
       int col = (int)(e0 - (long long)row0 * k);
@@ -470,6 +474,13 @@ __device__ void attention(const Args& a, Ring& ring, int layer, const Item& item
 #pragma unroll
     for (int j = 0; j < 8; ++j) st.acc[g][j] = 0.f;
   }
+#ifdef SKIP_ATTENTION   // probe (run 12): the keys' slots freed unread, no merge, attn stale
+  for (int t0 = item.start; t0 < item.cached; t0 += TOKENS) {
+    ring.wait();
+    ring.release(lane);
+  }
+  return;
+#endif
   for (int t0 = item.start; t0 < item.cached; t0 += TOKENS) {
     const unsigned char* slot = ring.wait();
     const int count = min(TOKENS, item.cached - t0);
@@ -662,6 +673,14 @@ __global__ void __launch_bounds__(THREADS, 1) persistent_layers(const Args a) {
     grid_arrive(grid);
     // mlp
     grid_wait(grid, ++phase * blocks);
+#ifdef DELAY_NS   // probe (run 12): a stall of DELAY_NS here: does the ring absorb it?
+    if (threadIdx.x == 0) {
+      unsigned long long t0, t;
+      asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t0));
+      do { asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t)); } while (t - t0 < DELAY_NS);
+    }
+    consumers_sync();
+#endif
     load_input(xs, a.h, nullptr, w.mlp_norm, a.hidden, a.eps, red);
     if (row < r_i.count) acc[row] = acc[MAX_ROWS + row] = 0.f;
     consumers_sync();
