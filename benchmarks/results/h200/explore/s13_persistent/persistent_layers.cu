@@ -39,7 +39,9 @@ __device__ __forceinline__ wtype to_w(float v) { return __float2half_rn(v); }
 __device__ __forceinline__ float from_w(wtype v) { return __half2float(v); }
 #endif
 
-constexpr int SLOTS = 6;
+#ifndef SLOTS   // probe (run 15): the ring's depth
+#define SLOTS 6
+#endif
 constexpr int SLOT_BYTES = 32768;                 // session 12: 6 x 32 KB beat 11 x 16 KB
 constexpr int SLOT_ELEMS = SLOT_BYTES / 2;
 constexpr int CONSUMERS = 8;                      // consumer warps; warp CONSUMERS produces
