@@ -1,11 +1,17 @@
-"""Write persistent_stamps.cu: persistent_layers.cu with timer stamps added (stamps.py)."""
+"""
+persistent_layers.cu with timer stamps added, for stamps.py (built from a temporary folder).
+
+Run alone, it prints the stamped source, to read.
+"""
 from pathlib import Path
 
+MAX_BLOCKS = 160                          # g_stamps' rows: at least the GPU's SMs
+STAMPS_PER_BLOCK = 32 * 5 * 8 + 8         # 8 a phase, 5 phases a layer, up to 32 layers
 HEADER = """#include <stdint.h>
 // STAMPS: thread 0 of each block records the global timer: 8 stamps a phase, 0 before its grid
 // wait, 1 after it, 2.. at marks inside it.
-constexpr int MAX_STAMPS = 32 * 5 * 8 + 8;
-__device__ unsigned long long g_stamps[160][MAX_STAMPS];
+constexpr int MAX_STAMPS = STAMPS_PER_BLOCK;
+__device__ unsigned long long g_stamps[MAX_BLOCKS][MAX_STAMPS];
 __device__ __forceinline__ unsigned long long now() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
@@ -16,7 +22,7 @@ __device__ __forceinline__ unsigned long long now() {
 extern "C" int physinf_stamps(unsigned long long* host) {
   return (int)cudaMemcpyFromSymbol(host, g_stamps, sizeof(g_stamps));
 }
-"""
+""".replace('STAMPS_PER_BLOCK', str(STAMPS_PER_BLOCK)).replace('MAX_BLOCKS', str(MAX_BLOCKS))
 # (a line of the kernel, the stamp put after it; a leading '^' puts it before)
 STAMPS = [
     ('  if (threadIdx.x == 0)\n    while (ld_acquire(counter) < done) { }\n',
@@ -47,16 +53,23 @@ STAMPS = [
     ('    a.attn[(q_base + g) * D + d] = out / l;\n  }\n', '  MARK(5 * layer + 1, 7);'),
 ]
 
-here = Path(__file__).parent
-src = (here / 'persistent_layers.cu').read_text().replace('#include <stdint.h>\n', HEADER, 1)
-for anchor, stamp in STAMPS:
-    assert src.count(anchor) == 1, anchor
-    if stamp.startswith('^'):
-        if anchor.startswith('    ring.release'):   # before the block that follows the loop
-            head, tail = anchor.rsplit('  if (warp == 0) {\n', 1)
-            src = src.replace(anchor, head + stamp[1:] + '\n  if (warp == 0) {\n')
+HERE = Path(__file__).parent
+
+
+def stamped_source() -> str:
+    """Return persistent_layers.cu with the stamps of STAMPS added."""
+    src = (HERE / 'persistent_layers.cu').read_text().replace('#include <stdint.h>\n', HEADER, 1)
+    for anchor, stamp in STAMPS:
+        assert src.count(anchor) == 1, anchor
+        if not stamp.startswith('^'):
+            src = src.replace(anchor, anchor + stamp + '\n')
+        elif anchor.startswith('    ring.release'):   # before the block that follows the loop
+            loop = anchor[:-len('  if (warp == 0) {\n')]
+            src = src.replace(anchor, loop + stamp[1:] + '\n  if (warp == 0) {\n')
         else:
             src = src.replace(anchor, stamp[1:] + '\n' + anchor)
-    else:
-        src = src.replace(anchor, anchor + stamp + '\n')
-(here / 'persistent_stamps.cu').write_text(src)
+    return src
+
+
+if __name__ == '__main__':
+    print(stamped_source(), end='')

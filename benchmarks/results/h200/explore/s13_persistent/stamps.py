@@ -1,15 +1,17 @@
 """
 Where a persistent step spends its time: per phase, each block's work and its grid wait.
 
-persistent_stamps.cu (make_stamps.py) is persistent_layers.cu with thread 0 of each block
-reading the global timer before and after each grid wait and at marks inside each phase.
+It builds make_stamps.py's stamped persistent_layers.cu: thread 0 of each block reads the global
+timer before and after each grid wait and at marks inside each phase.
 EXTRA_FLAGS adds -D flags to its build. Usage: stamps.py ARCH CTX...
 """
 import ctypes
 import os
 from pathlib import Path
 import sys
+import tempfile
 
+from make_stamps import MAX_BLOCKS, stamped_source, STAMPS_PER_BLOCK
 import persistent
 from physinf_ros.engine.llama import (from_state_dict, KVCache, ModelConfig, rope_tables,
                                       synthetic_state_dict)
@@ -17,7 +19,8 @@ from physinf_ros.engine.models import synthetic_config
 import torch
 
 
-persistent.SOURCE = Path(__file__).with_name('persistent_stamps.cu')
+persistent.SOURCE = Path(tempfile.mkdtemp()) / 'persistent_stamps.cu'
+persistent.SOURCE.write_text(stamped_source())
 extra = tuple(os.environ.get('EXTRA_FLAGS', '').split())   # a variant's -D flags
 build = persistent.build
 persistent.build = lambda source, flags, tag: build(source, tuple(flags) + extra, tag)
@@ -36,8 +39,7 @@ pos = torch.zeros(1, dtype=torch.int32, device=dev)
 pl = persistent.PersistentLayers(w, cache, cos, sin, token, pos)
 fn = pl._lib.physinf_stamps
 fn.argtypes = [ctypes.c_void_p]
-stamps_per_block = 32 * 5 * 8 + 8
-host = (ctypes.c_ulonglong * (160 * stamps_per_block))()
+host = (ctypes.c_ulonglong * (MAX_BLOCKS * STAMPS_PER_BLOCK))()
 names = ('qkv', 'attn', 'o', 'mlp', 'down')
 L = config.num_layers
 for ctx in contexts:
@@ -55,7 +57,8 @@ for ctx in contexts:
         times.append(a.elapsed_time(b))
     print(f'{arch} ctx {ctx} {" ".join(extra)}: median of 20 launches {sorted(times)[10]:.3f} ms')
     assert fn(ctypes.addressof(host)) == 0
-    t = torch.tensor(list(host), dtype=torch.float64).view(160, stamps_per_block)[:pl.blocks]
+    t = torch.tensor(list(host), dtype=torch.float64)
+    t = t.view(MAX_BLOCKS, STAMPS_PER_BLOCK)[:pl.blocks]
     phases = 5 * L
     t = t[:, :8 * phases + 8].view(pl.blocks, phases + 1, 8)
     t0 = t[:, 0, 1].min()
@@ -63,7 +66,7 @@ for ctx in contexts:
     end = t[:, phases, 0]
     print(f'{arch} ctx {ctx}: kernel {end.max().item():.1f} us (first block start to last end); '
           f'{pl.blocks} blocks')
-    # Marks: 0 before the phase's grid wait, 1 after it, 2.. inside (see persistent_stamps.cu);
+    # Marks: 0 before the phase's grid wait, 1 after it, 2.. inside (see make_stamps.py);
     # each as us after mark 1, averaged over the blocks that recorded it and over layers.
     start_ = t[:, :phases, 1]
     done = t[:, 1:, 0]   # the next phase's mark 0: this phase's end
