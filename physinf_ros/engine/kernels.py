@@ -64,6 +64,7 @@ class AttentionConfig:
     min_chunk: int = 128
     block_t: int = 64
     num_warps: int = 4
+    num_stages: int = 3   # depth of Triton's pipeline of the keys loop (shared-memory tiles)
 
 
 # Launch shapes per kind for GEMV shapes a GPU's tuning does not list: the H200 sweep's choices,
@@ -585,9 +586,9 @@ def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, max_context
     k_first = tl.load(KC + first_tile, mask=(t < end)[:, None], other=0.0)
     v_first = tl.load(VC + first_tile, mask=(t < end)[:, None], other=0.0)
     _grid_sync(PDL)   # in every program, also those with no keys: the chain of waits must hold
+    g = tl.arange(0, GROUP_P)
+    g_mask = g < group
     if start < length:
-        g = tl.arange(0, GROUP_P)
-        g_mask = g < group
         pos = length - 1
         q = _rotated(QKV, kv_head * group + g, g_mask, pos, COS, SIN, D,
                      KC.dtype.element_ty).to(DOT)
@@ -620,28 +621,29 @@ def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, max_context
             k = tl.load(KC + offsets, mask=t_mask[:, None], other=0.0)
             v = tl.load(VC + offsets, mask=t_mask[:, None], other=0.0)
             m_i, l_i, acc = _attend(q, k, v, t_mask, m_i, l_i, acc, scale, DOT, PRECISION)
-        out = (kv_head * SPLITS + split) * GROUP_P + g
-        tl.store(MAXS + out, m_i, mask=g_mask)
-        tl.store(SUMS + out, l_i, mask=g_mask)
-        tl.store(ACCS + out[:, None] * D + d[None, :], acc, mask=g_mask[:, None])
+    else:
+        # A split past the keys stores a partial of no weight, so that the merge reads every
+        # split's without reading pos first (one L2 round trip less on its path).
+        m_i = tl.full([GROUP_P], float('-inf'), dtype=tl.float32)
+        l_i = tl.zeros([GROUP_P], dtype=tl.float32)
+        acc = tl.zeros([GROUP_P, D], dtype=tl.float32)
+    out = (kv_head * SPLITS + split) * GROUP_P + g
+    tl.store(MAXS + out, m_i, mask=g_mask)
+    tl.store(SUMS + out, l_i, mask=g_mask)
+    tl.store(ACCS + out[:, None] * D + d[None, :], acc, mask=g_mask[:, None])
 
 
 @triton.jit
-def _attn_reduce_kernel(POS, MAXS, SUMS, ACCS, OUT, group, D: tl.constexpr,
-                        GROUP_P: tl.constexpr, BLOCK_T: tl.constexpr, SPLITS: tl.constexpr,
-                        MIN_CHUNK: tl.constexpr, PDL: tl.constexpr):
+def _attn_reduce_kernel(MAXS, SUMS, ACCS, OUT, group, D: tl.constexpr, GROUP_P: tl.constexpr,
+                        SPLITS: tl.constexpr, PDL: tl.constexpr):
     _grid_sync(PDL)
     head = tl.program_id(0)
-    length = tl.load(POS).to(tl.int32) + 1
-    active = tl.cdiv(length, _chunk(length, SPLITS, MIN_CHUNK, BLOCK_T))
-    s = tl.arange(0, SPLITS)
-    s_mask = s < active
     d = tl.arange(0, D)
-    index = ((head // group) * SPLITS + s) * GROUP_P + head % group
-    m = tl.load(MAXS + index, mask=s_mask, other=float('-inf'))
+    index = ((head // group) * SPLITS + tl.arange(0, SPLITS)) * GROUP_P + head % group
+    m = tl.load(MAXS + index)
     weight = tl.exp(m - tl.max(m, axis=0))
-    total = tl.sum(tl.load(SUMS + index, mask=s_mask, other=0.0) * weight, axis=0)
-    acc = tl.load(ACCS + index[:, None] * D + d[None, :], mask=s_mask[:, None], other=0.0)
+    total = tl.sum(tl.load(SUMS + index) * weight, axis=0)
+    acc = tl.load(ACCS + index[:, None] * D + d[None, :])
     tl.store(OUT + head * D + d, tl.sum(acc * weight[:, None], axis=0) / total)
 
 
@@ -765,11 +767,11 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
     _attn_split_kernel[(kv_heads, splits)](
         qkv, k_cache, v_cache, pos, maxs, sums, accs, cos, sin, max_context, dim ** -0.5, group,
         num_heads, kv_heads, D=dim, GROUP_P=group_p, BLOCK_T=block_t, SPLITS=splits,
-        MIN_CHUNK=min_chunk, DOT=dot, PRECISION=precision, num_warps=shape.num_warps, **pdl)
+        MIN_CHUNK=min_chunk, DOT=dot, PRECISION=precision, num_warps=shape.num_warps,
+        num_stages=shape.num_stages, **pdl)
     out = torch.empty(num_heads, dim, device=device, dtype=torch.float32)
-    _attn_reduce_kernel[(num_heads,)](
-        pos, maxs, sums, accs, out, group, D=dim, GROUP_P=group_p, BLOCK_T=block_t,
-        SPLITS=splits, MIN_CHUNK=min_chunk, num_warps=4, **pdl)
+    _attn_reduce_kernel[(num_heads,)](maxs, sums, accs, out, group, D=dim, GROUP_P=group_p,
+                                      SPLITS=splits, num_warps=4, **pdl)
     return out.view(-1)
 
 

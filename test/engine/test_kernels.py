@@ -72,6 +72,33 @@ def test_rope_cache_and_attention(dtype, heads, kv_heads):
         assert rel(caches[1].v, caches[0].v) < TOL[dtype] / 3
 
 
+def test_attention_merges_every_split_when_few_hold_keys(monkeypatch):
+    # Splits past the keys store partials of no weight; the merge reads all of them. Scratch
+    # memory is poisoned with NaN so that a partial left unwritten would show.
+    empty, empty_like = torch.empty, torch.empty_like
+
+    def poisoned(make):
+        def make_poisoned(*args, **kwargs):
+            t = make(*args, **kwargs)
+            return t.fill_(float('nan')) if t.is_floating_point() else t
+        return make_poisoned
+
+    heads, kv_heads, dim, max_context = 4, 2, 32, 64
+    config = ModelConfig('llama', 10, heads * dim, 8, 1, heads, kv_heads, dim, 1e-5, 10000.0)
+    cos, sin = rope_tables(config, max_context, DEVICE)
+    cache = KVCache.allocate(config, max_context, DEVICE, torch.float32)
+    cache.k.copy_(rand(*cache.k.shape))
+    cache.v.copy_(rand(*cache.v.shape))
+    pos = torch.tensor([2], dtype=torch.int32, device=DEVICE)   # one split of keys of several
+    qkv = rand((heads + 2 * kv_heads) * dim)
+    ref = ops_torch.rope_attention(qkv, pos, cos, sin, cache.k[0].clone(), cache.v[0].clone(),
+                                   heads)
+    monkeypatch.setattr(torch, 'empty', poisoned(empty))
+    monkeypatch.setattr(torch, 'empty_like', poisoned(empty_like))
+    out = kernels.rope_attention(qkv, pos, cos, sin, cache.k[0], cache.v[0], heads)
+    assert rel(out, ref) < TOL[torch.float32]
+
+
 def test_whole_step_matches_the_torch_path():
     config = ModelConfig.from_hf(tiny_config('qwen2.5-7b'))
     weights = from_state_dict(config, synthetic_state_dict(config, DEVICE, torch.float32),
