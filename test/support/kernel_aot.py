@@ -58,8 +58,8 @@ def variants():
                  'group': 'i32', 'num_heads': 'i32', 'kv_heads': 'i32'},
                 {**attention, 'DOT': tl.bfloat16, 'PRECISION': 'tf32'}))
     out.append((kernels._attn_reduce_kernel,
-                {'POS': '*i32', 'MAXS': F32, 'SUMS': F32, 'ACCS': F32, 'OUT': F32,
-                 'group': 'i32'}, attention))
+                {'MAXS': F32, 'SUMS': F32, 'ACCS': F32, 'OUT': F32, 'group': 'i32'},
+                {k: attention[k] for k in ('D', 'GROUP_P', 'SPLITS', 'PDL')}))
     out.append((kernels._greedy_finish_kernel, {'PACKED': '*i64', 'TOKEN': '*i64',
                                                 'POS': '*i32'}, {'PDL': True}))
     return out
