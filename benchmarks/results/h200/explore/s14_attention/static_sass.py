@@ -1,0 +1,62 @@
+"""
+Compile attention's split kernel for sm_90a, no GPU needed, and count what it holds.
+
+Registers, spills, shared memory and SASS instructions, for the package's kernel and
+fma_kernels.py's, at the 8B's and 1B's head sizes.
+
+The pointers and max_context get the 16-byte divisibility the JIT assumes at run time (without
+it the cache loads compile to 2-byte loads and the counts mean nothing).
+Usage: python3 static_sass.py (from this folder, PYTHONPATH the repository root)
+"""
+import os
+import re
+import subprocess
+import tempfile
+
+import fma_kernels
+from physinf_ros.engine import kernels
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+import triton.language as tl
+
+TOOLS = os.path.join(os.path.dirname(triton.__file__), 'backends', 'nvidia', 'bin')
+TYPES = {'KC': '*bf16', 'VC': '*bf16', 'POS': '*i32', 'max_context': 'i32', 'scale': 'fp32',
+         'group': 'i32', 'num_heads': 'i32', 'kv_heads': 'i32'}
+
+
+def facts(module, group_p, block_t, warps, dim):
+    names = module._attn_split_kernel.arg_names
+    consts = {'D': dim, 'GROUP_P': group_p, 'BLOCK_T': block_t, 'SPLITS': 32, 'MIN_CHUNK': 128,
+              'DOT': tl.bfloat16, 'PRECISION': 'tf32', 'PDL': True}
+    sig = {n: 'constexpr' if n in consts else TYPES.get(n, '*fp32') for n in names}
+    attrs = {(i,): [['tt.divisibility', 16]] for i, n in enumerate(names)
+             if sig[n].startswith('*') or n == 'max_context'}
+    compiled = triton.compile(ASTSource(fn=module._attn_split_kernel, signature=sig,
+                                        constexprs=consts, attrs=attrs),
+                              target=GPUTarget('cuda', 90, 32),
+                              options={'num_warps': warps, 'launch_pdl': True})
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx, cubin = os.path.join(tmp, 'k.ptx'), os.path.join(tmp, 'k.cubin')
+        with open(ptx, 'w') as f:
+            f.write(compiled.asm['ptx'])
+        with open(cubin, 'wb') as f:
+            f.write(compiled.asm['cubin'])
+        report = subprocess.run([os.path.join(TOOLS, 'ptxas'), '-v', '-arch=sm_90a', ptx, '-o',
+                                 os.path.join(tmp, 'again.cubin')],
+                                capture_output=True, text=True).stderr
+        sass = subprocess.run([os.path.join(TOOLS, 'nvdisasm'), '-c', cubin],
+                              capture_output=True, text=True).stdout
+    registers = re.search(r'Used (\d+) registers', report).group(1)
+    spills = re.search(r'(\d+) bytes spill stores', report).group(1)
+    instructions = len(re.findall(r'^\s+/\*[0-9a-f]+\*/\s+\S', sass, re.M))
+    return (f'{module.__name__.rsplit(".", 1)[-1]:>12} D {dim:>3} query rows {group_p:>2} '
+            f'tile {block_t:>2} warps {warps}: {registers} registers, {spills} bytes spilled, '
+            f'{compiled.metadata.shared} bytes shared, {instructions} SASS instructions')
+
+
+fma = fma_kernels.module()
+for dim in (128, 64):
+    print(facts(kernels, 16, 64, 4, dim))
+    for block_t, warps in ((64, 4), (32, 4), (64, 8), (32, 8)):
+        print(facts(fma, 4, block_t, warps, dim), flush=True)
