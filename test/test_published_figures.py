@@ -124,13 +124,21 @@ def paired_rows(folder='paired_s7'):
     return {(r['model'], r['ctx']): r for r in rows}
 
 
-@pytest.mark.parametrize('label, shape', [('Llama-3.2-1B', 'llama-3.2-1b'),
-                                          ('Qwen2.5-1.5B', 'qwen2.5-1.5b'),
-                                          ('Llama-3.1-8B, bf16', 'llama-3.1-8b'),
-                                          ('Llama-3.1-8B, GPTQ', 'llama-3.1-8b-gptq')])
-def test_readme_paired_table_is_its_files(label, shape):
-    rows = paired_rows()
-    cells = row('README.md', label, after="Session 7's kernels against")
+PAIRED_TABLES = {'paired_s7': "Session 7's kernels against",
+                 'paired_s15': "Session 15's norm GEMVs"}
+
+
+@pytest.mark.parametrize('folder, label, shape', [
+    *[('paired_s7', label, shape) for label, shape in [
+        ('Llama-3.2-1B', 'llama-3.2-1b'), ('Qwen2.5-1.5B', 'qwen2.5-1.5b'),
+        ('Llama-3.1-8B, bf16', 'llama-3.1-8b'), ('Llama-3.1-8B, GPTQ', 'llama-3.1-8b-gptq')]],
+    *[('paired_s15', label, shape) for label, shape in [
+        ('Llama-3.2-1B', 'llama-3.2-1b'), ('Qwen2.5-1.5B', 'qwen2.5-1.5b'),
+        ('Llama-3.2-3B', 'llama-3.2-3b'), ('Llama-3.1-8B, bf16', 'llama-3.1-8b'),
+        ('Llama-3.1-8B, GPTQ', 'llama-3.1-8b-gptq')]]])
+def test_readme_paired_table_is_its_files(folder, label, shape):
+    rows = paired_rows(folder)
+    cells = row('README.md', label, after=PAIRED_TABLES[folder])
     for text, ctx in zip(cells, (2048, 16384)):
         before, after = numbers(text)
         found = rows[(shape, ctx)]

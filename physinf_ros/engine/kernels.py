@@ -228,13 +228,18 @@ def _grid_sync(PDL: tl.constexpr):
 
 
 @triton.jit
+def _inv_rms(squares, K, eps):
+    return 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
+
+
+@triton.jit
 def _rstd(X, K, eps, BLOCK_K: tl.constexpr):
     acc = tl.zeros([BLOCK_K], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         cols = k0 + tl.arange(0, BLOCK_K)
         x = tl.load(X + cols, mask=cols < K, other=0.0).to(tl.float32)
         acc += x * x
-    return 1.0 / tl.sqrt(tl.sum(acc, axis=0) / K + eps)
+    return _inv_rms(acc, K, eps)
 
 
 @triton.jit
@@ -286,17 +291,26 @@ def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
     # Weights never depend on the previous kernel: the first tile is in flight before the wait.
     w_next = _tile(w_rows, row_mask, k_start, k_end, BLOCK_K, EVEN, STREAM)
     _grid_sync(PDL)
-    rstd = 1.0
-    if HAS_NORM:
-        rstd = _rstd(X, K, eps, BLOCK_K)
+    # RMSNorm's 1 / rms is one number: it scales the sums at the end, and its squares come from
+    # the loads the tiles need anyway, so no pass over the input precedes the first tile (the
+    # norm's rows of K are whole here: rms_matvec never splits K). The normed input is then not
+    # rounded to the weight dtype as transformers rounds it: nearer float32 (docs/PERF.md, v19).
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    squares = tl.zeros([BLOCK_K], dtype=tl.float32)
     for k0 in range(k_start, k_end, BLOCK_K):
         w = w_next   # keep 2 tiles in flight
         w_next = _tile(w_rows, row_mask, k0 + BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
-        x = _input(X, NORM, cols, cols < k_end, rstd, HAS_NORM, W.dtype.element_ty, EVEN)
+        x = _load(X + cols, cols < k_end, EVEN).to(tl.float32)
+        if HAS_NORM:
+            squares += x * x
+            x *= _load(NORM + cols, cols < k_end, EVEN).to(tl.float32)
+        else:
+            x = x.to(W.dtype.element_ty).to(tl.float32)   # as transformers rounds its input
         acc += w.to(tl.float32) * x[None, :]
     y = tl.sum(acc, axis=1)
+    if HAS_NORM:
+        y *= _inv_rms(squares, K, eps)
     if ACCUMULATE:
         tl.atomic_add(Y + rows, y, mask=row_mask)
     else:
@@ -325,19 +339,22 @@ def _gate_up_kernel(W, X, Y, NORM, N, K, eps, BLOCK_N: tl.constexpr, BLOCK_K: tl
     gate_next = _tile(gate_rows, row_mask, 0, K, BLOCK_K, EVEN, STREAM)
     up_next = _tile(up_rows, row_mask, 0, K, BLOCK_K, EVEN, STREAM)
     _grid_sync(PDL)
-    rstd = _rstd(X, K, eps, BLOCK_K)
     acc_gate = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    squares = tl.zeros([BLOCK_K], dtype=tl.float32)   # 1 / rms at the end, as in _matvec_kernel
     for k0 in range(0, K, BLOCK_K):
         w_gate, w_up = gate_next, up_next
         gate_next = _tile(gate_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
         up_next = _tile(up_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
-        x = _input(X, NORM, cols, cols < K, rstd, True, W.dtype.element_ty, EVEN)[None, :]
+        x = _load(X + cols, cols < K, EVEN).to(tl.float32)
+        squares += x * x
+        x = (x * _load(NORM + cols, cols < K, EVEN).to(tl.float32))[None, :]
         acc_gate += w_gate.to(tl.float32) * x
         acc_up += w_up.to(tl.float32) * x
-    gate = tl.sum(acc_gate, axis=1)
-    up = tl.sum(acc_up, axis=1)
+    inv_rms = _inv_rms(squares, K, eps)
+    gate = tl.sum(acc_gate, axis=1) * inv_rms
+    up = tl.sum(acc_up, axis=1) * inv_rms
     tl.store(Y + rows, gate * tl.sigmoid(gate) * up, mask=row_mask)
 
 
