@@ -233,6 +233,15 @@ def _inv_rms(squares, K, eps):
 
 
 @triton.jit
+def _normed(X, NORM, cols, col_mask, squares, EVEN: tl.constexpr):
+    # One tile of the norm GEMVs' input, x * norm weight, and the squares of x added in: the
+    # kernel scales its sums by _inv_rms(squares) at the end.
+    x = _load(X + cols, col_mask, EVEN).to(tl.float32)
+    squares += x * x
+    return x * _load(NORM + cols, col_mask, EVEN).to(tl.float32), squares
+
+
+@triton.jit
 def _rstd(X, K, eps, BLOCK_K: tl.constexpr):
     acc = tl.zeros([BLOCK_K], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
@@ -301,12 +310,10 @@ def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
         w = w_next   # keep 2 tiles in flight
         w_next = _tile(w_rows, row_mask, k0 + BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
-        x = _load(X + cols, cols < k_end, EVEN).to(tl.float32)
         if HAS_NORM:
-            squares += x * x
-            x *= _load(NORM + cols, cols < k_end, EVEN).to(tl.float32)
-        else:
-            x = x.to(W.dtype.element_ty).to(tl.float32)   # as transformers rounds its input
+            x, squares = _normed(X, NORM, cols, cols < k_end, squares, EVEN)
+        else:   # rounded as transformers rounds its input
+            x = _load(X + cols, cols < k_end, EVEN).to(W.dtype.element_ty).to(tl.float32)
         acc += w.to(tl.float32) * x[None, :]
     y = tl.sum(acc, axis=1)
     if HAS_NORM:
@@ -347,11 +354,9 @@ def _gate_up_kernel(W, X, Y, NORM, N, K, eps, BLOCK_N: tl.constexpr, BLOCK_K: tl
         gate_next = _tile(gate_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
         up_next = _tile(up_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
-        x = _load(X + cols, cols < K, EVEN).to(tl.float32)
-        squares += x * x
-        x = (x * _load(NORM + cols, cols < K, EVEN).to(tl.float32))[None, :]
-        acc_gate += w_gate.to(tl.float32) * x
-        acc_up += w_up.to(tl.float32) * x
+        x, squares = _normed(X, NORM, cols, cols < K, squares, EVEN)
+        acc_gate += w_gate.to(tl.float32) * x[None, :]
+        acc_up += w_up.to(tl.float32) * x[None, :]
     inv_rms = _inv_rms(squares, K, eps)
     gate = tl.sum(acc_gate, axis=1) * inv_rms
     up = tl.sum(acc_up, axis=1) * inv_rms
