@@ -118,7 +118,7 @@ def test_readme_robot_table_is_its_files(label, shape):
     assert_rounds_to(ratio, found['R_floor'], f'{shape} R_floor')
 
 
-def paired_rows(folder='paired_s7'):
+def paired_rows(folder):
     """Return benchmarks/paired_summary.py's rows for a paired folder, by (model tag, ctx)."""
     rows = benchmark_script('paired_summary').summarise(H200 / folder)
     return {(r['model'], r['ctx']): r for r in rows}
