@@ -164,10 +164,12 @@ def sweep_attention(c: ModelConfig, contexts, device, dtype, base_config: Kernel
         pos = torch.tensor([ctx - 1], dtype=torch.int32, device=device)
         kv_bytes = 2 * c.num_kv_heads * c.head_dim * ctx * k_cache.element_size()
         rows = []
-        for splits, min_chunk, block_t in itertools.product((16, 32, 64), (128, 256, 512),
+        for splits, min_chunk, block_t in itertools.product((16, 32, 64), (64, 128, 256, 512),
                                                             (32, 64)):
-            ops = KernelOps(replace(base_config, attention=replace(
-                base_config.attention, splits=splits, min_chunk=min_chunk, block_t=block_t)))
+            # Each candidate replaces this shape's entry (its other fields kept) for every shape.
+            candidate = replace(base_config.attention_for(c.num_kv_heads, c.head_dim),
+                                splits=splits, min_chunk=min_chunk, block_t=block_t)
+            ops = KernelOps(replace(base_config, attention=candidate, attention_shapes={}))
             try:
                 ms = timed(lambda: [ops.rope_attention(qkv, pos, cos, sin, k_cache[i],
                                                        v_cache[i], c.num_heads)

@@ -266,7 +266,7 @@ def physinf_kernel(inputs: Inputs, config: 'KernelConfig') -> Prepared:
     return Prepared(call, expected.view(model.num_heads, model.head_dim), {
         'call': 'KernelOps.rope_attention as the decode step calls it: split kernel (RoPE of q '
                 'and k, the new k and v written at ctx - 1, split-K attention) + reduce kernel',
-        'kernel_attention': asdict(config.attention)})
+        'kernel_attention': asdict(config.attention_for(model.num_kv_heads, model.head_dim))})
 
 
 def _physinf(inputs: Inputs) -> Prepared:

@@ -65,6 +65,19 @@ class AttentionConfig:
     block_t: int = 64
     num_warps: int = 4
     num_stages: int = 3   # depth of Triton's pipeline of the keys loop (shared-memory tiles)
+    # Registers per thread at most in the split kernel (Triton's maxnreg); 0: the compiler's
+    # choice. Fewer let more split programs be resident beside the QKV GEMV's last programs.
+    max_registers: int = 0
+
+    def __post_init__(self):
+        for name in ('splits', 'block_t'):
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1):
+                raise ValueError(f'attention {name} must be a power of two (the kernels tile '
+                                 f'by it), not {value}: fix config/kernels.yaml or the flag')
+        if self.max_registers and not 24 <= self.max_registers <= 255:
+            raise ValueError(f'attention max_registers must be 0 (the compiler chooses) or '
+                             f'24-255, not {self.max_registers}')
 
 
 # Launch shapes per kind for GEMV shapes a GPU's tuning does not list: the H200 sweep's choices,
@@ -84,13 +97,15 @@ class KernelConfig:
     How the decode kernels run: launch shapes and switches, fixed for a decoder's life.
 
     tuned holds launch shapes per (kind, N, K), measured by benchmarks/kernel_sweep.py and kept
-    per GPU in config/kernels.yaml; other shapes take defaults[kind]. A decoder owns one (see
+    per GPU in config/kernels.yaml; other shapes take defaults[kind]. Attention takes
+    attention_shapes[(kv heads, head size)] where listed, else attention. A decoder owns one (see
     for_device); an A/B builds one per arm (with_tuning, with_flag).
     """
 
     tuned: Mapping[Tuple[str, int, int], GemvConfig] = field(default_factory=dict)
     defaults: Mapping[str, GemvConfig] = field(default_factory=lambda: DEFAULT_GEMV)
     attention: AttentionConfig = AttentionConfig()
+    attention_shapes: Mapping[Tuple[int, int], AttentionConfig] = field(default_factory=dict)
     # Weights are read once per step: loaded as first to leave L2, so that they do not push
     # out what is read again (the residual, inputs, attention partials).
     evict_first: bool = True
@@ -105,6 +120,8 @@ class KernelConfig:
     def __post_init__(self):
         object.__setattr__(self, 'tuned', MappingProxyType(dict(self.tuned)))
         object.__setattr__(self, 'defaults', MappingProxyType(dict(self.defaults)))
+        object.__setattr__(self, 'attention_shapes',
+                           MappingProxyType(dict(self.attention_shapes)))
 
     @classmethod
     def for_device(cls, device: torch.device,
@@ -127,7 +144,12 @@ class KernelConfig:
             key = (row.pop('kind'), row.pop('n'), row.pop('k'))
             tuned[key] = GemvConfig(**row)
         attention = replace(self.attention, **tuning.get('attention', {}))
-        return replace(self, tuned=tuned, attention=attention)
+        shapes = dict(self.attention_shapes)
+        for row in tuning.get('attention_shapes', []):   # each differs from attention in few
+            row = dict(row)
+            key = (row.pop('kv_heads'), row.pop('head_dim'))
+            shapes[key] = replace(attention, **row)
+        return replace(self, tuned=tuned, attention=attention, attention_shapes=shapes)
 
     def with_gemv(self, kind: str, n: int, k: int, shape: GemvConfig) -> 'KernelConfig':
         """Return this configuration with one GEMV shape's launch shape set."""
@@ -138,20 +160,29 @@ class KernelConfig:
         Return this configuration with one switch or number set from text, for an A/B.
 
         name is a switch (evict_first, half2, q4_cuda: value 0 or 1) or attention.FIELD (a
-        number); case does not matter (EVICT_FIRST=0 as on the command line).
+        number, set for every model shape); case does not matter (EVICT_FIRST=0 as on the
+        command line).
         """
         owner, _, field_name = name.lower().rpartition('.')
         target = self.attention if owner == 'attention' else self
         current = getattr(target, field_name, None) if owner in ('', 'attention') else None
         if isinstance(current, bool):
-            changed = replace(target, **{field_name: value == '1'})
+            setting = {field_name: value == '1'}
         elif isinstance(current, int):
-            changed = replace(target, **{field_name: int(value)})
+            setting = {field_name: int(value)}
         else:
             raise ValueError(f'{name} is not a kernel switch or number: choose evict_first, '
                              'half2, q4_cuda or attention.'
                              + '|'.join(f.name for f in fields(AttentionConfig)))
-        return replace(self, attention=changed) if owner else changed
+        if not owner:
+            return replace(self, **setting)
+        return replace(self, attention=replace(self.attention, **setting),
+                       attention_shapes={key: replace(shape, **setting)
+                                         for key, shape in self.attention_shapes.items()})
+
+    def attention_for(self, kv_heads: int, head_dim: int) -> AttentionConfig:
+        """Return the attention launch shape of a model with these kv heads and head size."""
+        return self.attention_shapes.get((kv_heads, head_dim), self.attention)
 
     def gemv(self, kind: str, n: int, k: int) -> GemvConfig:
         """Return the launch shape of a kind's GEMV of N outputs and K inputs."""
@@ -206,7 +237,11 @@ class KernelConfig:
         """Plain dict for results files."""
         return {'tuned': [{'kind': kind, 'n': n, 'k': k, **asdict(shape)}
                           for (kind, n, k), shape in self.tuned.items()],
-                'attention': asdict(self.attention), 'evict_first': self.evict_first,
+                'attention': asdict(self.attention),
+                'attention_shapes': [{'kv_heads': kv_heads, 'head_dim': head_dim, **asdict(shape)}
+                                     for (kv_heads, head_dim), shape
+                                     in self.attention_shapes.items()],
+                'evict_first': self.evict_first,
                 'half2': self.half2, 'q4_cuda': self.q4_cuda}
 
 
@@ -774,7 +809,7 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
     kv_heads, max_context, dim = k_cache.shape
     group = num_heads // kv_heads
     group_p = max(16, triton.next_power_of_2(group))   # tl.dot needs 16 rows
-    shape = config.attention
+    shape = config.attention_for(kv_heads, dim)
     splits, min_chunk, block_t = shape.splits, shape.min_chunk, shape.block_t
     if INTERPRET:
         splits, min_chunk, block_t = 4, 16, 16
@@ -790,7 +825,8 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
         qkv, k_cache, v_cache, pos, maxs, sums, accs, cos, sin, max_context, dim ** -0.5, group,
         num_heads, kv_heads, D=dim, GROUP_P=group_p, BLOCK_T=block_t, SPLITS=splits,
         MIN_CHUNK=min_chunk, DOT=dot, PRECISION=precision, num_warps=shape.num_warps,
-        num_stages=shape.num_stages, **pdl)
+        num_stages=shape.num_stages,
+        **({'maxnreg': shape.max_registers} if shape.max_registers else {}), **pdl)
     out = torch.empty(num_heads, dim, device=device, dtype=torch.float32)
     _attn_reduce_kernel[(num_heads,)](maxs, sums, accs, out, group, D=dim, GROUP_P=group_p,
                                       SPLITS=splits, num_warps=4, **pdl)
