@@ -57,15 +57,13 @@ def variants():
              'group': 'i32', 'num_heads': 'i32', 'kv_heads': 'i32'}
     out.append((kernels._attn_split_kernel, split,
                 {**attention, 'DOT': tl.bfloat16, 'PRECISION': 'tf32'}))
-    # The H200's attention shape from config/kernels.yaml, with its register cap, at head sizes
-    # 128 and 64 (Llama-3.1-8B's and Llama-3.2-1B's; both take the GPU's shape).
-    h200 = h200_attention()
-    for dim in (128, 64):
-        out.append((kernels._attn_split_kernel, split,
-                    {**attention, 'D': dim, 'BLOCK_T': h200.block_t, 'SPLITS': h200.splits,
-                     'MIN_CHUNK': h200.min_chunk, 'DOT': tl.bfloat16, 'PRECISION': 'tf32'},
-                    {'num_warps': h200.num_warps, 'num_stages': h200.num_stages,
-                     'maxnreg': h200.max_registers or None}))
+    # The H200's attention shape for Llama-3.2-1B from config/kernels.yaml, with its register cap.
+    h200 = h200_attention(8, 64)
+    out.append((kernels._attn_split_kernel, split,
+                {**attention, 'D': 64, 'BLOCK_T': h200.block_t, 'SPLITS': h200.splits,
+                 'MIN_CHUNK': h200.min_chunk, 'DOT': tl.bfloat16, 'PRECISION': 'tf32'},
+                {'num_warps': h200.num_warps, 'num_stages': h200.num_stages,
+                 'maxnreg': h200.max_registers or None}))
     out.append((kernels._attn_reduce_kernel,
                 {'MAXS': F32, 'SUMS': F32, 'ACCS': F32, 'OUT': F32, 'group': 'i32'},
                 {k: attention[k] for k in ('D', 'GROUP_P', 'SPLITS', 'PDL')}))
@@ -74,12 +72,12 @@ def variants():
     return out
 
 
-def h200_attention():
-    """Return the attention launch shape config/kernels.yaml gives the H200's 8-kv-head models."""
+def h200_attention(kv_heads, head_dim):
+    """Return the attention launch shape config/kernels.yaml gives the H200 for a model shape."""
     import yaml
     from physinf_ros.resources import config_path
     entry = yaml.safe_load(config_path('kernels.yaml').read_text())['NVIDIA H200']
-    return kernels.KernelConfig().with_tuning(entry).attention_for(8, 128)
+    return kernels.KernelConfig().with_tuning(entry).attention_for(kv_heads, head_dim)
 
 
 def compile_one(fn, signature, constexprs, options=None):
