@@ -44,8 +44,9 @@
 #   paired     the protocol (graphed) on this tree and on a base that differs only in its
 #              kernels.py, carried as .carry/kernels_base.py (git show REV:physinf_ros/engine/
 #              kernels.py), or in the files under .carry/base/ (paths as in the repository),
-#              in PAIRED_ROUNDS interleaved rounds on one machine: an A/B of code,
-#              not of flags, with the machine held fixed. PAIRED_MODELS, PAIRED_CONTEXTS;
+#              in PAIRED_ROUNDS interleaved rounds (each arm first in turn) on one machine:
+#              an A/B of code, not of flags, with the machine held fixed. PAIRED_MODELS,
+#              PAIRED_CONTEXTS;
 #              benchmarks/paired_summary.py prints new / base per cell at the end
 #   robotsweep kernel_sweep.py's bf16 GEMV launch shapes on the robot-size shapes (no attention)
 #   robots     physinf-bench on the robot-size shapes (Llama-3.2-1B, Qwen2.5-1.5B, Llama-3.2-3B),
@@ -230,7 +231,8 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
         && { [ -d .carry/base ] && cp -r .carry/base/. $base/ \
              || cp .carry/kernels_base.py $base/physinf_ros/engine/kernels.py; }
       for round in $(seq "${PAIRED_ROUNDS:-2}"); do
-        for arm in new base; do
+        arms="new base"; [ $((round % 2)) = 0 ] && arms="base new"   # each arm first in turn
+        for arm in $arms; do
           dir=$PWD; [ $arm = base ] && dir=$base
           for model in ${PAIRED_MODELS:-synthetic:llama-3.1-8b:gptq}; do
             tag=${arm}${round}_$(echo "${model#synthetic:}" | tr ':' '-')

@@ -583,20 +583,33 @@ def _chunk(length, SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, BLOCK_T: tl.co
 
 
 @triton.jit
-def _rotated(X, rows, row_mask, pos, COS, SIN, D: tl.constexpr, DTYPE: tl.constexpr):
-    # RoPE (rotate-half pairs d, d + D/2) of the D-vectors at X + rows * D, for position pos;
-    # inputs rounded to the cache dtype first, as transformers rounds q and k.
+def _rope_tables(COS, SIN, pos, D: tl.constexpr):
+    # cos and sin of position pos for each of the D dimensions (pairs d, d + D/2 share one), in
+    # one load of a [D, 2] tile: as two loads, the second was issued only after the first came
+    # back, behind its layout change through shared memory (docs/PERF.md, session 17).
+    half = tl.arange(0, D) % (D // 2)
+    tables = tl.where(tl.arange(0, 2)[None, :] == 0, COS, SIN)
+    return tl.split(tl.load(tables + (pos * (D // 2) + half)[:, None]))
+
+
+@triton.jit
+def _rows(X, rows, row_mask, D: tl.constexpr):
+    # The D-vectors at X + rows * D and their rotate-half partners (d + D/2 mod D).
     d = tl.arange(0, D)
-    half = d % (D // 2)
     x = tl.load(X + rows[:, None] * D + d[None, :], mask=row_mask[:, None], other=0.0)
     partner = tl.load(X + rows[:, None] * D + ((d + D // 2) % D)[None, :],
                       mask=row_mask[:, None], other=0.0)
+    return x, partner
+
+
+@triton.jit
+def _rotated(x, partner, cos, sin, D: tl.constexpr, DTYPE: tl.constexpr):
+    # RoPE (rotate-half) of vectors [..., D] with their partners; inputs rounded to the cache
+    # dtype first, as transformers rounds q and k.
+    d = tl.arange(0, D)
     x = x.to(DTYPE).to(tl.float32)
     partner = partner.to(DTYPE).to(tl.float32)
-    cos = tl.load(COS + pos * (D // 2) + half)[None, :]
-    sin = tl.load(SIN + pos * (D // 2) + half)[None, :]
-    sign = tl.where(d < D // 2, -1.0, 1.0)[None, :]
-    return x * cos + sign * partner * sin
+    return x * cos + tl.where(d < D // 2, -1.0, 1.0) * partner * sin
 
 
 @triton.jit
@@ -636,22 +649,23 @@ def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, max_context
     first_tile = base + t[:, None] * D + d[None, :]
     k_first = tl.load(KC + first_tile, mask=(t < end)[:, None], other=0.0)
     v_first = tl.load(VC + first_tile, mask=(t < end)[:, None], other=0.0)
+    # RoPE's cos and sin depend on pos alone: read before the wait too, so that after it the
+    # only reads before the first tile is attended are the rows of qkv, issued together.
+    cos, sin = _rope_tables(COS, SIN, length - 1, D)
     _grid_sync(PDL)   # in every program, also those with no keys: the chain of waits must hold
     g = tl.arange(0, GROUP_P)
     g_mask = g < group
     if start < length:
         pos = length - 1
-        q = _rotated(QKV, kv_head * group + g, g_mask, pos, COS, SIN, D,
-                     KC.dtype.element_ty).to(DOT)
-        k_new = tl.zeros([D], dtype=KC.dtype.element_ty)
-        v_new = tl.zeros([D], dtype=VC.dtype.element_ty)
+        q, q_partner = _rows(QKV, kv_head * group + g, g_mask, D)
+        # Every split reads the new key and value with its queries (a few hundred bytes): one
+        # round trip for all, where the split that stores them used to wait for a second.
+        k_row = QKV + (num_heads + kv_head) * D
+        k_new = _rotated(tl.load(k_row + d), tl.load(k_row + (d + D // 2) % D), cos, sin, D,
+                         KC.dtype.element_ty).to(KC.dtype.element_ty)
+        v_new = tl.load(QKV + (num_heads + kv_heads + kv_head) * D + d).to(VC.dtype.element_ty)
+        q = _rotated(q, q_partner, cos[None, :], sin[None, :], D, KC.dtype.element_ty).to(DOT)
         if end == length:
-            first = g < 1   # the key is one row: rotate it in the queries' tile shape
-            k_rows = _rotated(QKV, num_heads + kv_head + g * 0, first, pos, COS, SIN, D,
-                              KC.dtype.element_ty)
-            k_new = tl.sum(tl.where(first[:, None], k_rows, 0.0), axis=0).to(KC.dtype.element_ty)
-            v_new = tl.load(QKV + (num_heads + kv_heads + kv_head) * D + d).to(
-                VC.dtype.element_ty)
             slot = (kv_head.to(tl.int64) * max_context + pos) * D
             tl.store(KC + slot + d, k_new)
             tl.store(VC + slot + d, v_new)

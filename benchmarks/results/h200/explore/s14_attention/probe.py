@@ -7,7 +7,11 @@ positions, each arm's residual after all layers and the key and value it stores 
 against ops_torch on the same cache. Then the layers and the head (RMSNorm + lm_head GEMV),
 graphed, at ctx 2048 and MAX_CONTEXT, every arm in each of ROUNDS interleaved rounds.
 Usage: probe.py MAX_CONTEXT ARCH... (arms in ARMS: ';'-separated, space-separated NAME=VALUE)
+With KERNELS="NAME=PATH;..." (other kernels.py files, e.g. `git show REV:physinf_ros/engine/
+kernels.py`), arm NAME runs that file's kernels with its own configuration for this GPU: an A/B
+of code.
 """
+import importlib.util
 import os
 import statistics
 import sys
@@ -30,9 +34,17 @@ DEFAULT_ARMS = 'attention.merge_in_split=0;attention.merge_in_split=1'
 for arm in os.environ.get('ARMS', DEFAULT_ARMS).split(';'):
     config = base
     for flag in arm.split():
+        if '=' not in flag:   # a plain name: the arm runs this GPU's configuration as it is
+            continue
         name, value = flag.split('=')
         config = config.with_flag(name, value)
     arms[arm] = KernelOps(config)
+for arm in filter(None, os.environ.get('KERNELS', '').split(';')):
+    name, path = arm.split('=')
+    spec = importlib.util.spec_from_file_location(f'physinf_ros.engine.kernels_{name}', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    arms[name] = module.KernelOps(module.KernelConfig.for_device(dev))
 
 
 def rel(a, b):

@@ -25,15 +25,13 @@ TYPES = {'KC': '*bf16', 'VC': '*bf16', 'POS': '*i32', 'max_context': 'i32', 'sca
          'group': 'i32', 'num_heads': 'i32', 'kv_heads': 'i32'}
 
 
-def facts(module, group_p, block_t, warps, dim):
-    names = module._attn_split_kernel.arg_names
-    consts = {'D': dim, 'GROUP_P': group_p, 'BLOCK_T': block_t, 'SPLITS': 32, 'MIN_CHUNK': 128,
-              'DOT': tl.bfloat16, 'PRECISION': 'tf32', 'PDL': True}
+def compiled_sass(fn, consts, warps):
+    """Return (compiled, ptxas -v report, SASS) of fn for sm_90a at the launch's specialisations."""
+    names = fn.arg_names
     sig = {n: 'constexpr' if n in consts else TYPES.get(n, '*fp32') for n in names}
     attrs = {(i,): [['tt.divisibility', 16]] for i, n in enumerate(names)
              if sig[n].startswith('*') or n == 'max_context'}
-    compiled = triton.compile(ASTSource(fn=module._attn_split_kernel, signature=sig,
-                                        constexprs=consts, attrs=attrs),
+    compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
                               target=GPUTarget('cuda', 90, 32),
                               options={'num_warps': warps, 'launch_pdl': True})
     with tempfile.TemporaryDirectory() as tmp:
@@ -47,6 +45,13 @@ def facts(module, group_p, block_t, warps, dim):
                                 capture_output=True, text=True).stderr
         sass = subprocess.run([os.path.join(TOOLS, 'nvdisasm'), '-c', cubin],
                               capture_output=True, text=True).stdout
+    return compiled, report, sass
+
+
+def facts(module, group_p, block_t, warps, dim):
+    consts = {'D': dim, 'GROUP_P': group_p, 'BLOCK_T': block_t, 'SPLITS': 32, 'MIN_CHUNK': 128,
+              'DOT': tl.bfloat16, 'PRECISION': 'tf32', 'PDL': True}
+    compiled, report, sass = compiled_sass(module._attn_split_kernel, consts, warps)
     registers = re.search(r'Used (\d+) registers', report).group(1)
     spills = re.search(r'(\d+) bytes spill stores', report).group(1)
     instructions = len(re.findall(r'^\s+/\*[0-9a-f]+\*/\s+\S', sass, re.M))
@@ -55,8 +60,9 @@ def facts(module, group_p, block_t, warps, dim):
             f'{compiled.metadata.shared} bytes shared, {instructions} SASS instructions')
 
 
-fma = fma_kernels.module()
-for dim in (128, 64):
-    print(facts(kernels, 16, 64, 4, dim))
-    for block_t, warps in ((64, 4), (32, 4), (64, 8), (32, 8)):
-        print(facts(fma, 4, block_t, warps, dim), flush=True)
+if __name__ == '__main__':
+    fma = fma_kernels.module()
+    for dim in (128, 64):
+        print(facts(kernels, 16, 64, 4, dim))
+        for block_t, warps in ((64, 4), (32, 4), (64, 8), (32, 8)):
+            print(facts(fma, 4, block_t, warps, dim), flush=True)

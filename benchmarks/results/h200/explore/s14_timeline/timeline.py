@@ -12,6 +12,7 @@ With ARMS set (';'-separated arms of space-separated settings: attention.FIELD=V
 switch=VALUE as an A/B sets them, or KIND:N:K=BLOCK_N,BLOCK_K,SPLIT_K,WARPS for one GEMV's
 launch shape), each arm's step is timed unstamped and its per-op table printed, the arms
 interleaved over ROUNDS rounds.
+KERNELS_SOURCE=PATH stamps another kernels.py instead (a base, for an A/B of code).
 Usage: timeline.py ARCH CTX... (bf16, random weights, a cache of random keys and values)
 """
 import importlib.util
@@ -33,7 +34,9 @@ WIDTH = 7             # stamps per program: wait reached, released, end, 4 marks
 # The split kernel's marks, after these lines: its queries rotated (3), the new key and value
 # stored (4, the split holding pos only), the first tile attended (5), the loop done (6).
 SPLIT_MARKS = [
-    ('                     KC.dtype.element_ty).to(DOT)\n', 3, 8),
+    (('                     KC.dtype.element_ty).to(DOT)\n',   # before session 17
+      '        q = _rotated(q, q_partner, cos[None, :], sin[None, :], D, KC.dtype.element_ty)'
+      '.to(DOT)\n'), 3, 8),
     ("            tl.debug_barrier()   # the stores are visible to the whole program's later "
      'loads\n', 4, 12),
     ('                                tl.zeros([GROUP_P, D], dtype=tl.float32), scale, DOT, '
@@ -76,12 +79,14 @@ def _mark(STAMPS, STAMP_BASE, AT: tl.constexpr):
 
 def stamped_source():
     """Return the text of kernels.py with stamps."""
-    source = open(kernels.__file__).read()
+    source = open(os.environ.get('KERNELS_SOURCE') or kernels.__file__).read()
     old_sync = re.search(r'@triton.jit\ndef _grid_sync\(PDL: tl.constexpr\):\n(    .*\n|\n)*?\n\n',
                          source)
     source = source.replace(old_sync.group(0),
                             STAMP.lstrip('\n').replace('WIDTH', str(WIDTH)) + '\n\n')
-    for anchor, mark, indent in SPLIT_MARKS:   # marks inside the split kernel's path
+    for anchors, mark, indent in SPLIT_MARKS:   # marks inside the split kernel's path
+        anchors = (anchors,) if isinstance(anchors, str) else anchors
+        anchor = next((a for a in anchors if a in source), anchors[0])
         assert source.count(anchor) == 1, anchor
         source = source.replace(anchor, anchor + ' ' * indent
                                 + f'_mark(STAMPS, STAMP_BASE, {mark})\n')
