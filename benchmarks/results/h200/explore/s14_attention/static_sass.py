@@ -26,7 +26,7 @@ TYPES = {'KC': '*bf16', 'VC': '*bf16', 'POS': '*i32', 'max_context': 'i32', 'sca
 
 
 def compiled_sass(fn, consts, warps):
-    """Return (compiled, ptxas -v report, SASS) of fn for sm_90a at the launch's specialisations."""
+    """Return (compiled, ptxas -v report, SASS) of fn for sm_90a, specialised as launched."""
     names = fn.arg_names
     sig = {n: 'constexpr' if n in consts else TYPES.get(n, '*fp32') for n in names}
     attrs = {(i,): [['tt.divisibility', 16]] for i, n in enumerate(names)

@@ -12,7 +12,8 @@ With ARMS set (';'-separated arms of space-separated settings: attention.FIELD=V
 switch=VALUE as an A/B sets them, or KIND:N:K=BLOCK_N,BLOCK_K,SPLIT_K,WARPS for one GEMV's
 launch shape), each arm's step is timed unstamped and its per-op table printed, the arms
 interleaved over ROUNDS rounds.
-KERNELS_SOURCE=PATH stamps another kernels.py instead (a base, for an A/B of code).
+KERNELS_SOURCE=PATH stamps another kernels.py instead (a base, for an A/B of code); LANDED=1 adds
+a mark for when the split kernel's first tile has landed.
 Usage: timeline.py ARCH CTX... (bf16, random weights, a cache of random keys and values)
 """
 import importlib.util
@@ -30,7 +31,7 @@ from physinf_ros.engine.models import synthetic_config
 import torch
 
 SLOT = 16384          # programs per launch at most (the 8B's head has 16032)
-WIDTH = 7             # stamps per program: wait reached, released, end, 4 marks in the split
+WIDTH = 8             # stamps per program: wait reached, released, end, 5 marks in the split
 # The split kernel's marks, after these lines: its queries rotated (3), the new key and value
 # stored (4, the split holding pos only), the first tile attended (5), the loop done (6).
 SPLIT_MARKS = [
@@ -43,6 +44,10 @@ SPLIT_MARKS = [
      'PRECISION)\n', 5, 8),
     ('            m_i, l_i, acc = _attend(q, k, v, t_mask, m_i, l_i, acc, scale, DOT, '
      'PRECISION)\n', 6, 8)]
+# With LANDED=1, mark 7 (after mark 3) waits for the first tile's keys and values to arrive
+# (a max over them feeds the timer read): when the tile loaded before the wait has landed.
+LANDED = ('        _mark_after(STAMPS, STAMP_BASE, 7, (tl.max(k_first.to(tl.float32) + '
+          'v_first.to(tl.float32)) > 0).to(tl.int32))\n')
 LAUNCHES = 256        # launch slots per step
 STAMP = """
 @triton.jit
@@ -74,6 +79,11 @@ def _stamp_end(STAMPS, STAMP_BASE):
 @triton.jit
 def _mark(STAMPS, STAMP_BASE, AT: tl.constexpr):
     tl.store(STAMPS + (STAMP_BASE + _program()) * WIDTH + AT, _now(tl.program_id(0)))
+
+
+@triton.jit
+def _mark_after(STAMPS, STAMP_BASE, AT: tl.constexpr, value):
+    tl.store(STAMPS + (STAMP_BASE + _program()) * WIDTH + AT, _now(value))
 """
 
 
@@ -89,7 +99,8 @@ def stamped_source():
         anchor = next((a for a in anchors if a in source), anchors[0])
         assert source.count(anchor) == 1, anchor
         source = source.replace(anchor, anchor + ' ' * indent
-                                + f'_mark(STAMPS, STAMP_BASE, {mark})\n')
+                                + f'_mark(STAMPS, STAMP_BASE, {mark})\n'
+                                + (LANDED if mark == 3 and os.environ.get('LANDED') else ''))
     source = source.replace('PDL: tl.constexpr):', 'PDL: tl.constexpr, STAMPS, STAMP_BASE):')
     source = source.replace('_grid_sync(PDL)', '_grid_sync(PDL, STAMPS, STAMP_BASE)')
     source = source.replace('**pdl)', '**_pdl(device))').replace('    pdl = _pdl(device)\n', '')
@@ -274,12 +285,14 @@ def timeline(model, stamped, dev, ctx):
         print(f'  ({p % heads}, {p // heads}): released {(rows[p, 1].item() - released) / 1e3:.2f}'
               f' end {(rows[p, 2].item() - released) / 1e3:.2f}')
     print("layer 1 attn split, us from each program's own release (median): queries rotated, "
-          'new key stored, first tile attended, loop done, end')
+          'new key stored, first tile attended, loop done, end'
+          + (', first tile landed' if os.environ.get('LANDED') else ''))
     for name, chosen in (('holding pos', rows[:, 4] > 0),
                          ('other splits with keys', (rows[:, 3] > 0) & (rows[:, 4] == 0))):
         picked = rows[chosen]
         spans = [(picked[:, k] - picked[:, 1]).double().median().item() / 1e3 if k != 4
-                 or name == 'holding pos' else float('nan') for k in (3, 4, 5, 6, 2)]
+                 or name == 'holding pos' else float('nan')
+                 for k in (3, 4, 5, 6, 2) + ((7,) if os.environ.get('LANDED') else ())]
         print(f'  {name} ({len(picked)}): ' + ' '.join(f'{v:.2f}' for v in spans))
 
 

@@ -14,11 +14,10 @@ import os
 import re
 import sys
 
-import triton.language as tl
-
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..',
                                 's14_attention'))
 from static_sass import compiled_sass  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 
 def module():
