@@ -25,7 +25,7 @@ TYPES = {'KC': '*bf16', 'VC': '*bf16', 'POS': '*i32', 'max_context': 'i32', 'sca
          'group': 'i32', 'num_heads': 'i32', 'kv_heads': 'i32'}
 
 
-def compiled_sass(fn, consts, warps):
+def compiled_sass(fn, consts, warps, **options):
     """Return (compiled, ptxas -v report, SASS) of fn for sm_90a, specialised as launched."""
     names = fn.arg_names
     sig = {n: 'constexpr' if n in consts else TYPES.get(n, '*fp32') for n in names}
@@ -33,7 +33,7 @@ def compiled_sass(fn, consts, warps):
              if sig[n].startswith('*') or n == 'max_context'}
     compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
                               target=GPUTarget('cuda', 90, 32),
-                              options={'num_warps': warps, 'launch_pdl': True})
+                              options={'num_warps': warps, 'launch_pdl': True, **options})
     with tempfile.TemporaryDirectory() as tmp:
         ptx, cubin = os.path.join(tmp, 'k.ptx'), os.path.join(tmp, 'k.cubin')
         with open(ptx, 'w') as f:

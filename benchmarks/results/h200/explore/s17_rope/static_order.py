@@ -5,8 +5,9 @@ No GPU needed. For this tree's kernels.py, or another given as the first argumen
 head sizes 128 and 64: registers, and in SASS the barriers before the PDL wait (ACQBULK), the
 loads between the wait and the first barrier after it (issued together, one round trip), and
 the loads after that barrier and before the first matrix instruction (each a round trip more
-behind a layout change). The reduce kernel: loads issued before its first shuffle. Compiled by
-session 14's static_sass.py.
+behind a layout change). The reduce kernel: loads issued before its first shuffle. Then the
+split kernel with session 16's register cap (Triton's maxnreg, 168): registers, instructions,
+and whether its SASS is the uncapped one's. Compiled by session 14's static_sass.py.
 Usage: python3 static_order.py [KERNELS_PY] (PYTHONPATH the repository root)
 """
 import importlib.util
@@ -31,19 +32,20 @@ def module():
     return other
 
 
-def ops(fn, consts):
-    _, report, sass = compiled_sass(fn, consts, 4)
+def ops(fn, consts, **options):
+    _, report, sass = compiled_sass(fn, consts, 4, **options)
     names = [m.group(1) for m in re.finditer(r'^\s+/\*[0-9a-f]+\*/\s+(?:@!?P\d\s+)?(\S+)', sass,
                                              re.M)]
-    return re.search(r'Used (\d+) registers', report).group(1), names
+    lines = [line.split('*/')[1].strip() for line in sass.splitlines()
+             if re.match(r'^\s+/\*[0-9a-f]+\*/', line)]
+    return re.search(r'Used (\d+) registers', report).group(1), names, lines
 
 
 kernels = module()
 for dim in (128, 64):
-    registers, code = ops(kernels._attn_split_kernel,
-                          {'D': dim, 'GROUP_P': 16, 'BLOCK_T': 64, 'SPLITS': 32,
-                           'MIN_CHUNK': 128, 'DOT': tl.bfloat16, 'PRECISION': 'tf32',
-                           'PDL': True})
+    split = {'D': dim, 'GROUP_P': 16, 'BLOCK_T': 64, 'SPLITS': 32, 'MIN_CHUNK': 128,
+             'DOT': tl.bfloat16, 'PRECISION': 'tf32', 'PDL': True}
+    registers, code, lines = ops(kernels._attn_split_kernel, split)
     wait = code.index('ACQBULK')
     bar = next(i for i in range(wait, len(code)) if code[i].startswith('BAR.SYNC'))
     mma = next(i for i in range(wait, len(code)) if code[i].startswith('HMMA'))
@@ -52,8 +54,12 @@ for dim in (128, 64):
           f'{sum(op.startswith("BAR.SYNC") for op in code[:wait])} barriers; after it '
           f'{sum(loads[wait:bar])} loads before the first barrier, {sum(loads[bar:mma])} more '
           'before the first HMMA')
-    registers, code = ops(kernels._attn_reduce_kernel,
-                          {'D': dim, 'GROUP_P': 16, 'SPLITS': 32, 'PDL': True})
+    capped, _, capped_lines = ops(kernels._attn_split_kernel, split, maxnreg=168)
+    print(f'split kernel, D {dim}, maxnreg 168: {capped} registers, {len(capped_lines)} '
+          f'instructions against {len(lines)}; SASS '
+          + ('identical' if capped_lines == lines else 'differs'))
+    registers, code, _ = ops(kernels._attn_reduce_kernel,
+                             {'D': dim, 'GROUP_P': 16, 'SPLITS': 32, 'PDL': True})
     shuffle = next(i for i, op in enumerate(code) if op.startswith('SHFL'))
     print(f'reduce kernel, D {dim}: {registers} registers; '
           f'{sum(op.startswith("LDG") for op in code[:shuffle])} loads before its first '
