@@ -139,7 +139,7 @@ class KernelConfig:
             tuned[key] = GemvConfig(**row)
         attention = replace(self.attention, **tuning.get('attention', {}))
         shapes = dict(self.attention_shapes)
-        for row in tuning.get('attention_shapes', []):   # each differs from attention in few
+        for row in tuning.get('attention_shapes', []):   # a row lists only what differs
             row = dict(row)
             key = (row.pop('kv_heads'), row.pop('head_dim'))
             shapes[key] = replace(attention, **row)
