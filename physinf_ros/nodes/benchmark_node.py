@@ -200,7 +200,7 @@ def main(args=None) -> int:
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
-        close(node)
+        close(node, 'benchmark')
     return code
 
 

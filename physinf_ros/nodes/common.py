@@ -110,9 +110,12 @@ def start_ros(args, logger_name: str) -> bool:
     return True
 
 
-def close(node) -> None:
+def close(node, logger_name: str) -> None:
     """Stop a node's worker (its shutdown()), destroy it and shut ROS down; node may be None."""
-    if node is not None:
+    if node is None:
+        # Interrupted (or refused) before the node existed: say so all the same.
+        rclpy.logging.get_logger(logger_name).info('stopped')
+    else:
         node.shutdown()
         node.get_logger().info('stopped')
         node.destroy_node()

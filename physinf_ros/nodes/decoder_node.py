@@ -657,7 +657,7 @@ def main(args=None) -> int:
         logger.fatal('decoder_node failed:\n' + traceback.format_exc())
         code = 1
     finally:
-        close(node)
+        close(node, 'decoder')
     # The process ends now: spare it the interpreter's last garbage collections over torch's
     # and the model's objects, which take seconds on a busy CPU; the memory goes back anyway.
     gc.freeze()

@@ -1,14 +1,31 @@
 """
-The nodes' console scripts: a Ctrl-C while a node is still importing torch ends it quietly.
+The nodes' console scripts: a Ctrl-C or SIGTERM while a node is still starting ends it quietly.
 
 A console script imports its module before main() runs, and torch takes seconds to import on a
-small CPU: an interrupt then would print a traceback from inside torch and exit with -2. These
-entry points take SIGINT and SIGTERM first, import the node, and run its main().
+small CPU. An exception raised from a signal handler then unwinds through whatever import is
+running, C++ initialisers included: interrupts in that time were seen to fail rclpy's import
+("initialization failed", exit 1), to abort in pybind11 code ("terminate called after throwing
+... KeyboardInterrupt", exit -6) and, once on CI, to hang the process. So until ROS is up
+(common.start_ros) either signal ends the process at once, exit 0: nothing is held yet that
+needs closing. From then on both raise KeyboardInterrupt in the main thread (take_signals), and
+the node ends its requests and says so.
 """
 
 import importlib
+import os
 import signal
-import sys
+
+
+def exit_while_starting(name: str) -> None:
+    """Make SIGINT and SIGTERM end the process at once with exit 0, saying so."""
+    message = f'[{name}] interrupted while starting: stopped\n'.encode()
+
+    def stop(signum, frame):
+        os.write(2, message)
+        os._exit(0)
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
 
 
 def take_signals() -> None:
@@ -24,13 +41,8 @@ def _interrupt(signum, frame):
 
 
 def _run(module: str) -> int:
-    take_signals()
-    try:
-        main = importlib.import_module(f'physinf_ros.nodes.{module}').main
-    except KeyboardInterrupt:
-        print(f'[{module}] interrupted while starting: stopped', file=sys.stderr)
-        return 0
-    return main()
+    exit_while_starting(module)
+    return importlib.import_module(f'physinf_ros.nodes.{module}').main()
 
 
 def decoder_node() -> int:

@@ -76,14 +76,28 @@ def test_broken_start_exits_non_zero_and_names_the_cause(tmp_path, case, figures
     assert 'FATAL' in output and 'Traceback' not in output, output
 
 
+# Interrupts spread over the start: on one 2-core host 0.1-1.4 s in is the imports (rclpy's C
+# extension, torch), 1.3-2.4 s the decoder's name check before its node exists, later the model
+# load. Each phase once failed in its own way (entry.py's docstring); a slower host shifts them.
+@pytest.mark.parametrize('seconds', [0.3, 0.7, 1.1, 1.6, 2.2, 3.0])
 @pytest.mark.parametrize('script', ['decoder_node', 'benchmark_node'])
-def test_ctrl_c_while_starting_exits_quietly(script):
-    # 0.3 s in, the node is still importing torch (seconds on a small CPU).
+def test_ctrl_c_while_starting_exits_quietly(script, seconds):
     command = installed_command(script, f'physinf_ros.nodes.{script}')
     proc = subprocess.Popen(command + ['--ros-args', '-r', f'__ns:={NAMESPACE}'],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    time.sleep(0.3)
+    time.sleep(seconds)
     proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, output
+    assert 'Traceback' not in output and 'stopped' in output, output
+
+
+def test_sigterm_while_importing_exits_quietly():
+    command = installed_command('decoder_node', 'physinf_ros.nodes.decoder_node')
+    proc = subprocess.Popen(command + ['--ros-args', '-r', f'__ns:={NAMESPACE}'],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, output
     assert 'Traceback' not in output and 'stopped' in output, output
