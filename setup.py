@@ -26,7 +26,7 @@ setup(
     entry_points={
         'console_scripts': [
             'decoder_node = physinf_ros.nodes.entry:decoder_node',
-            'prompt_client = physinf_ros.nodes.prompt_client:main',
+            'prompt_client = physinf_ros.nodes.entry:prompt_client',
             'physinf-generate = physinf_ros.cli:generate_main',
             'physinf-bench = physinf_ros.bench.cli:bench_main',
             'physinf-report = physinf_ros.bench.report:main',

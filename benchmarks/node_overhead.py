@@ -80,7 +80,7 @@ def subscribe(namespace: str, prompt: str, runs: int, out: Path) -> None:
     from rclpy.node import Node
     from std_msgs.msg import Float64, String
     from physinf_ros.nodes.common import LATENCY_QOS
-    from physinf_ros.nodes.decoder_node import EVENTS_QOS, TOKENS_QOS
+    from physinf_ros.nodes.decoder_interface import EVENTS_QOS, TOKENS_QOS
     rclpy.init()
     node = Node('overhead_subscriber')
     base = f'{namespace}/decoder'

@@ -30,7 +30,6 @@ from rclpy.exceptions import ParameterException
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNodeMixin, LifecycleState, TransitionCallbackReturn
 from rclpy.node import Node
-from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.task import Future
 from std_msgs.msg import Float64, String
 from std_srvs.srv import Trigger
@@ -38,6 +37,7 @@ from std_srvs.srv import Trigger
 from .common import (close, create_lifecycle_services, descriptor, DIAGNOSTICS_QOS,
                      has_lifecycle_handlers, LATENCY_QOS, publish_guarded, SERVICES_QOS,
                      start_ros, status, Updater)
+from .decoder_interface import EVENTS_QOS, Generate, PROMPT_QOS, TOKENS_QOS
 from .instance_claim import claim_name, NameTaken, NameWatch
 from ..engine import EngineError, load, Sampling
 from ..measurement.roofline import LiveFloor
@@ -46,17 +46,6 @@ from ..serving.params import AUTOSTART, check, check_value, DECODER_PARAMS, PARA
 from ..serving.prompts import admit, too_long, truncation_limit
 from ..serving.request_queue import Ledger, Request, RequestQueue
 
-try:
-    from physinf_ros_interfaces.action import Generate
-except ImportError:   # the interface package is not built or not sourced: topics only
-    Generate = None
-
-# Tokens must all arrive, in order, even when a subscriber lags a little: reliable and deep.
-TOKENS_QOS = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
-# Every request's events matter (a flood of rejections included).
-EVENTS_QOS = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
-# Prompts are never dropped by the transport: the node's own bounded queue decides.
-PROMPT_QOS = QoSProfile(history=HistoryPolicy.KEEP_ALL, reliability=ReliabilityPolicy.RELIABLE)
 CANCELLED_BY_CLIENT = 'cancelled by its client'
 # Why a prompt is refused in each state other than active.
 NOT_SERVING = {

@@ -1,5 +1,5 @@
 """
-The nodes' console scripts: a Ctrl-C or SIGTERM while a node is still starting ends it quietly.
+The console scripts of the nodes and the client: a Ctrl-C or SIGTERM while starting ends quietly.
 
 A console script imports its module before main() runs, and torch takes seconds to import on a
 small CPU. An exception raised from a signal handler then unwinds through whatever import is
@@ -53,3 +53,8 @@ def decoder_node() -> int:
 def benchmark_node() -> int:
     """Run benchmark_node."""
     return _run('benchmark_node')
+
+
+def prompt_client() -> int:
+    """Run the prompt client; its rclpy.init installs rclpy's own signal handlers."""
+    return _run('prompt_client')

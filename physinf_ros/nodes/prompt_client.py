@@ -23,7 +23,7 @@ from rclpy.node import Node
 from std_msgs.msg import String
 
 from .common import DIAGNOSTICS_QOS
-from .decoder_node import EVENTS_QOS, Generate, TOKENS_QOS
+from .decoder_interface import EVENTS_QOS, Generate, TOKENS_QOS
 
 
 class PromptClient(Node):

@@ -17,7 +17,7 @@ import time
 from known_prompts import EOS_FIRST_PROMPT, LONG_STORY
 import physinf_ros
 from physinf_ros.measurement.stats import percentile
-from physinf_ros.nodes.decoder_node import PROMPT_QOS
+from physinf_ros.nodes.decoder_interface import PROMPT_QOS
 from physinf_ros.serving.prompts import truncation_limit
 import pytest
 from rclpy.serialization import deserialize_message, serialize_message

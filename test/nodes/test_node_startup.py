@@ -3,6 +3,7 @@
 import os
 import signal
 import subprocess
+import sys
 import time
 
 from installed import installed_command
@@ -101,6 +102,16 @@ def test_sigterm_while_importing_exits_quietly():
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, output
     assert 'Traceback' not in output and 'stopped' in output, output
+
+
+def test_prompt_client_imports_neither_torch_nor_the_engine():
+    # A client needs only the decoder's interface (nodes/decoder_interface.py): torch and the
+    # engine would take seconds to import on a small CPU before it could send its prompt.
+    done = subprocess.run([sys.executable, '-c', 'import sys; import physinf_ros.nodes.'
+                           'prompt_client; print([m for m in ("torch", "physinf_ros.engine") '
+                           'if m in sys.modules])'], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == '[]', done.stdout
 
 
 def test_benchmark_node_says_stopped_while_ros_still_runs(tmp_path):

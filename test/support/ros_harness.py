@@ -11,7 +11,7 @@ import time
 from diagnostic_msgs.msg import DiagnosticArray
 from installed import installed_command  # noqa: F401 - re-exported for the node tests
 from physinf_ros.nodes.common import DIAGNOSTICS_QOS, LATENCY_QOS
-from physinf_ros.nodes.decoder_node import EVENTS_QOS, TOKENS_QOS
+from physinf_ros.nodes.decoder_interface import EVENTS_QOS, TOKENS_QOS
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 import rclpy

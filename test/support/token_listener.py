@@ -8,7 +8,7 @@ Prints 'ready' once subscribed, then one line per token received, until it is ki
 
 import sys
 
-from physinf_ros.nodes.decoder_node import TOKENS_QOS
+from physinf_ros.nodes.decoder_interface import TOKENS_QOS
 import rclpy
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
