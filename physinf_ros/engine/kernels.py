@@ -65,6 +65,10 @@ class AttentionConfig:
     block_t: int = 64
     num_warps: int = 4
     num_stages: int = 3   # depth of Triton's pipeline of the keys loop (shared-memory tiles)
+    # Registers a thread of the split kernel may hold (Triton's maxnreg), 0 for no cap. The
+    # directive changes ptxas's schedule even where the kernel needs fewer (docs/PERF.md,
+    # session 19).
+    max_registers: int = 0
 
     def __post_init__(self):
         for name in ('splits', 'block_t'):
@@ -72,6 +76,10 @@ class AttentionConfig:
             if value < 1 or value & (value - 1):
                 raise ValueError(f'attention {name} must be a power of two (the kernels tile '
                                  f'by it), not {value}: fix config/kernels.yaml or the flag')
+        if self.max_registers and not 24 <= self.max_registers <= 255:
+            raise ValueError(f'attention max_registers must be 0 (no cap) or 24-255 (what '
+                             f'ptxas takes), not {self.max_registers}: fix config/kernels.yaml '
+                             'or the flag')
 
 
 # Launch shapes per kind for GEMV shapes a GPU's tuning does not list: the H200 sweep's choices,
@@ -833,7 +841,8 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
         qkv, k_cache, v_cache, pos, maxs, sums, accs, cos, sin, max_context, dim ** -0.5, group,
         num_heads, kv_heads, D=dim, GROUP_P=group_p, BLOCK_T=block_t, SPLITS=splits,
         MIN_CHUNK=min_chunk, DOT=dot, PRECISION=precision, num_warps=shape.num_warps,
-        num_stages=shape.num_stages, **pdl)
+        num_stages=shape.num_stages,
+        **({'maxnreg': shape.max_registers} if shape.max_registers else {}), **pdl)
     out = torch.empty(num_heads, dim, device=device, dtype=torch.float32)
     _attn_reduce_kernel[(num_heads,)](maxs, sums, accs, out, group, D=dim, GROUP_P=group_p,
                                       SPLITS=splits, num_warps=4, **pdl)

@@ -72,6 +72,28 @@ def test_rope_cache_and_attention(dtype, heads, kv_heads):
         assert rel(caches[1].v, caches[0].v) < TOL[dtype] / 3
 
 
+def test_attention_under_a_register_cap_matches_the_uncapped_kernel():
+    # The cap is a compile directive (kernels.yaml's Llama-3.2-1B row): natively the capped
+    # kernel must give the uncapped one's result; the interpreter checks it is launched.
+    heads, kv_heads, dim, max_context = 8, 2, 64, 300
+    config = ModelConfig('llama', 10, heads * dim, 8, 1, heads, kv_heads, dim, 1e-5, 10000.0)
+    cos, sin = rope_tables(config, max_context, DEVICE)
+    capped = kernels.KernelConfig().with_flag('attention.max_registers', '168')
+    caches = [KVCache.allocate(config, max_context, DEVICE, torch.bfloat16) for _ in range(2)]
+    caches[0].k.copy_(rand(*caches[0].k.shape, dtype=torch.bfloat16))
+    caches[0].v.copy_(rand(*caches[0].v.shape, dtype=torch.bfloat16))
+    caches[1].k.copy_(caches[0].k)
+    caches[1].v.copy_(caches[0].v)
+    for length in (17, 250):
+        pos = torch.tensor([length - 1], dtype=torch.int32, device=DEVICE)
+        qkv = rand((heads + 2 * kv_heads) * dim)
+        out = kernels.rope_attention(qkv, pos, cos, sin, caches[0].k[0], caches[0].v[0], heads)
+        out_capped = kernels.rope_attention(qkv, pos, cos, sin, caches[1].k[0],
+                                            caches[1].v[0], heads, capped)
+        assert rel(out_capped, out) < 1e-6
+        assert torch.equal(caches[1].k, caches[0].k) and torch.equal(caches[1].v, caches[0].v)
+
+
 def test_attention_merges_every_split_when_few_hold_keys(monkeypatch):
     # Splits past the keys store partials of no weight; the merge reads all of them. Scratch
     # memory is poisoned with NaN so that a partial left unwritten would show.
@@ -168,7 +190,7 @@ def test_attention_shapes_override_the_gpus_attention_shape_per_model_shape():
     assert base.attention_for(2, 128).num_warps == 4
     assert base.facts()['attention_shapes'] == [
         {'kv_heads': 2, 'head_dim': 128, 'splits': 16, 'min_chunk': 64, 'block_t': 64,
-         'num_warps': 4, 'num_stages': 3}]
+         'num_warps': 4, 'num_stages': 3, 'max_registers': 0}]
     assert not kernels.KernelConfig().attention_shapes
     with pytest.raises(TypeError):
         base.attention_shapes[8, 64] = entry   # frozen: build another
@@ -183,6 +205,9 @@ def test_attention_shapes_the_kernels_cannot_tile_are_refused_with_the_reason():
         kernels.KernelConfig().with_tuning({'attention_shapes': [
             {'kv_heads': 2, 'head_dim': 128, 'splits': 24}]})
     assert kernels.KernelConfig().with_flag('attention.splits', '64').attention.splits == 64
+    for value in ('8', '256', '-1'):
+        with pytest.raises(ValueError, match='max_registers must be 0 .no cap. or 24-255'):
+            kernels.KernelConfig().with_flag('attention.max_registers', value)
 
 
 def test_every_gpu_entry_of_kernels_yaml_builds_a_configuration():
