@@ -124,8 +124,10 @@ def paired_rows(folder):
     return {(r['model'], r['ctx']): r for r in rows}
 
 
-PAIRED_TABLES = {'paired_s7': "Session 7's kernels against",
-                 'paired_s15': "Session 15's norm GEMVs"}
+# folder: (the sentence above its README table, pairs per cell: rounds x 3 sessions)
+PAIRED_TABLES = {'paired_s7': ("Session 7's kernels against", 6),
+                 'paired_s15': ("Session 15's norm GEMVs", 6),
+                 'explore/s19_arms/paired_run2': ("Session 19's register cap", 24)}
 
 
 @pytest.mark.parametrize('folder, label, shape', [
@@ -135,14 +137,16 @@ PAIRED_TABLES = {'paired_s7': "Session 7's kernels against",
     *[('paired_s15', label, shape) for label, shape in [
         ('Llama-3.2-1B', 'llama-3.2-1b'), ('Qwen2.5-1.5B', 'qwen2.5-1.5b'),
         ('Llama-3.2-3B', 'llama-3.2-3b'), ('Llama-3.1-8B, bf16', 'llama-3.1-8b'),
-        ('Llama-3.1-8B, GPTQ', 'llama-3.1-8b-gptq')]]])
+        ('Llama-3.1-8B, GPTQ', 'llama-3.1-8b-gptq')]],
+    ('explore/s19_arms/paired_run2', 'Llama-3.2-1B', 'llama-3.2-1b')])
 def test_readme_paired_table_is_its_files(folder, label, shape):
     rows = paired_rows(folder)
-    cells = row('README.md', label, after=PAIRED_TABLES[folder])
+    sentence, pairs = PAIRED_TABLES[folder]
+    cells = row('README.md', label, after=sentence)
     for text, ctx in zip(cells, (2048, 16384)):
         before, after = numbers(text)
         found = rows[(shape, ctx)]
-        assert found['pairs'] == 6, found
+        assert found['pairs'] == pairs, found
         assert_rounds_to(before, found['base_ms'], f'{shape} base at {ctx}')
         assert_rounds_to(after, found['new_ms'], f'{shape} new at {ctx}')
 
