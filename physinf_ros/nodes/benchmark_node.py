@@ -24,6 +24,7 @@ from std_msgs.msg import Float64, String
 
 from .common import (close, descriptor, diagnostic_value, DIAGNOSTICS_QOS, LATENCY_QOS,
                      publish_guarded, start_ros, status, Updater)
+from .entry import spin_once
 from ..bench import params, results
 from ..bench.benchmark import BenchListener, Benchmark
 from ..engine import EngineError
@@ -193,7 +194,7 @@ def main(args=None) -> int:
         executor.add_node(node)
         exit_when_done = node.settings['exit_when_done']
         while rclpy.ok() and not (exit_when_done and node.finished.is_set()):
-            executor.spin_once(timeout_sec=0.1)
+            spin_once(executor, 0.1)
         if exit_when_done:
             time.sleep(1.0)   # let reliable subscribers fetch the last results before we go
             code = 1 if node.state == 'error' else 0

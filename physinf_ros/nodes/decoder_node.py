@@ -38,6 +38,7 @@ from .common import (close, create_lifecycle_services, descriptor, DIAGNOSTICS_Q
                      has_lifecycle_handlers, LATENCY_QOS, publish_guarded, SERVICES_QOS,
                      start_ros, status, Updater)
 from .decoder_interface import EVENTS_QOS, Generate, PROMPT_QOS, TOKENS_QOS
+from .entry import spin_once
 from .instance_claim import claim_name, NameTaken, NameWatch
 from ..engine import EngineError, load, Sampling
 from ..measurement.roofline import LiveFloor
@@ -629,7 +630,7 @@ def main(args=None) -> int:
         finalized_at = None
         while rclpy.ok() and (finalized_at is None or time.monotonic() - finalized_at < 0.5):
             # Short waits: Python handles a signal between two of them, within 0.1 s.
-            executor.spin_once(timeout_sec=0.1)
+            spin_once(executor, 0.1)
             if finalized_at is None and node.state == 'finalized':
                 # The shutdown transition is done: a moment more to send its answer, then exit.
                 finalized_at = time.monotonic()

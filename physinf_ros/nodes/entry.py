@@ -8,7 +8,9 @@ running, C++ initialisers included: interrupts in that time were seen to fail rc
 ... KeyboardInterrupt", exit -6) and, once on CI, to hang the process. So until ROS is up
 (common.start_ros) either signal ends the process at once, exit 0: nothing is held yet that
 needs closing. From then on both raise KeyboardInterrupt in the main thread (take_signals), and
-the node ends its requests and says so.
+the node ends its requests and says so. While the main thread is in an executor's spin_once
+(spin_once below) the signal is held until it returns: raised inside rclpy's executor, the
+exception would unwind through code not written for it (RELIABILITY.md, Cancellation).
 """
 
 import importlib
@@ -28,16 +30,36 @@ def exit_while_starting(name: str) -> None:
     signal.signal(signal.SIGTERM, stop)
 
 
+class _Held:
+    spinning = False   # the main thread is in spin_once: note a signal, do not raise it
+    pending = False    # a signal came while spinning
+
+
 def take_signals() -> None:
-    """Make SIGINT and SIGTERM raise KeyboardInterrupt in the main thread."""
-    signal.signal(signal.SIGTERM, _interrupt)
+    """Make SIGINT and SIGTERM raise KeyboardInterrupt in the main thread (held in spin_once)."""
     # Python leaves SIGINT ignored when the parent ignored it (a background job, nohup):
-    # Ctrl-C and launch's SIGINT must stop the node all the same.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # Ctrl-C and launch's SIGINT must stop the node all the same, so both are set here.
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
 
 
 def _interrupt(signum, frame):
-    raise KeyboardInterrupt
+    if _Held.spinning:
+        _Held.pending = True
+    else:
+        raise KeyboardInterrupt
+
+
+def spin_once(executor, timeout_sec: float) -> None:
+    """executor.spin_once, then KeyboardInterrupt if SIGINT or SIGTERM came meanwhile."""
+    _Held.spinning = True
+    try:
+        executor.spin_once(timeout_sec=timeout_sec)
+    finally:
+        _Held.spinning = False
+    if _Held.pending:
+        _Held.pending = False
+        raise KeyboardInterrupt
 
 
 def _run(module: str) -> int:

@@ -21,6 +21,7 @@ from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 
+from .entry import spin_once
 from ..serving.instances import InstanceRecord, new_record, rival, taken_message, unrecorded
 
 # Latched: a decoder that starts later still gets the record of the one serving.
@@ -63,7 +64,7 @@ def claim_name(node_name: str) -> Tuple[InstanceRecord, Dict[str, InstanceRecord
         executor.add_node(claim)
         name = claim.get_fully_qualified_name()
         while True:
-            executor.spin_once(timeout_sec=0.02)
+            spin_once(executor, 0.02)
             waited = time.monotonic() - start
             if waited < DISCOVERY_S:
                 continue
@@ -104,7 +105,7 @@ class NameWatch:
         # Records wait in the reader while the model loads; a short spin hands them over.
         end = time.monotonic() + 0.2
         while time.monotonic() < end:
-            executor.spin_once(timeout_sec=0.02)
+            spin_once(executor, 0.02)
         name = self.node.get_fully_qualified_name()
         holder = rival(self.own, self.seen.values())
         if holder is not None or unrecorded(
