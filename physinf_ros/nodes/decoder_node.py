@@ -631,6 +631,7 @@ def main(args=None) -> int:
         while rclpy.ok() and (finalized_at is None or time.monotonic() - finalized_at < 0.5):
             # Short waits: Python handles a signal between two of them, within 0.1 s.
             spin_once(executor, 0.1)
+            watch.check()
             if finalized_at is None and node.state == 'finalized':
                 # The shutdown transition is done: a moment more to send its answer, then exit.
                 finalized_at = time.monotonic()

@@ -9,11 +9,13 @@ the decoder's name that has no prompt topic and no services: a decoder that must
 answers, or refuses, a request meant for the one that stays. The decoder node then keeps
 listening while its model loads and checks again as it starts serving (NameWatch): on a busy
 host discovery can take longer than DISCOVERY_S, and a model load gives it seconds more for
-free. Only then does its record say it serves.
+free. Only then does its record say it serves. While it serves it still listens: two that found
+each other only after both began serving (discovery slower than both checks) are told apart
+there, and the one that started later gives way.
 """
 
 import time
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
@@ -90,6 +92,7 @@ class NameWatch:
 
     def __init__(self, node, own: InstanceRecord, seen: Dict[str, InstanceRecord]):
         self.node, self.own, self.seen = node, own, dict(seen)
+        self.serving_rival: Optional[InstanceRecord] = None   # one that serves and started first
         self._publisher = node.create_publisher(String, INSTANCE_TOPIC, INSTANCE_QOS)
         node.create_subscription(String, INSTANCE_TOPIC, self._on_record, INSTANCE_READER_QOS)
         # Still starting: one that starts later gives way to it, as to one serving.
@@ -99,6 +102,18 @@ class NameWatch:
         record = InstanceRecord.from_json(msg.data)
         if record is not None and record.token != self.own.token:
             self.seen[record.token] = record
+            if self.own.serving and self.serving_rival is None:
+                self.serving_rival = rival(self.own, [record])
+
+    def check(self) -> None:
+        """While serving: raise NameTaken if one of this name that started first serves too."""
+        if self.serving_rival is not None:
+            self.node.get_logger().warning(
+                'instance check: another decoder of this name began serving before this one '
+                'heard it (discovery was slower than both checks); the one that started later '
+                'gives way')
+            raise NameTaken(taken_message(self.node.get_fully_qualified_name(),
+                                          self.serving_rival))
 
     def settle(self, executor) -> None:
         """Take the records that came meanwhile; raise NameTaken or announce serving."""

@@ -61,14 +61,16 @@ def rival(own: InstanceRecord, seen: Iterable[InstanceRecord]) -> Optional[Insta
     """
     Return the instance own must give way to, or None when own may serve.
 
-    One that already serves always stays, whatever its start time says (clocks of two hosts
-    may disagree): a newcomer never ends a serving decoder. Among instances still starting,
-    the one that started first stays, a tie broken by the token.
+    One that already serves stays, whatever its start time says (clocks of two hosts may
+    disagree): a newcomer never ends a serving decoder. Among instances still starting, the one
+    that started first stays, a tie broken by the token. Two that both serve missed each other
+    (discovery slower than both their checks); there too the one that started first stays.
     """
-    if own.serving:
-        return None
     others = [record for record in seen if record.token != own.token]
     serving = [record for record in others if record.serving]
+    if own.serving:
+        earlier = [record for record in serving if _order(record) < _order(own)]
+        return min(earlier, key=_order) if earlier else None
     if serving:
         return min(serving, key=_order)
     earlier = [record for record in others if _order(record) < _order(own)]

@@ -70,29 +70,68 @@ def test_second_decoder_of_the_same_name_exits_1_and_the_first_keeps_serving(
     served_once(first)
 
 
-# A decoder whose first listening heard nothing (as when discovery is slow on a busy host).
+# A decoder whose first listening heard nothing (as when discovery is slow on a busy host). A
+# decoder that hangs prints every thread's stack after 90 s, so the failure shows where.
 DEAF_AT_START = """
+import faulthandler
 import sys
+faulthandler.dump_traceback_later(90)
 import physinf_ros.nodes.instance_claim as claim
 claim.DISCOVERY_S = claim.RECORD_GRACE_S = 0.0
+"""
+RUN_DECODER = """
 from physinf_ros.nodes.decoder_node import main
 sys.exit(main())
 """
+# One whose check as it begins to serve heard nothing either: it serves, and hears the first
+# only then.
+DEAF_AT_SERVE = """
+from std_msgs.msg import String
+
+
+def serve_unchecked(self, executor):
+    self.own = self.own.as_serving()
+    self._publisher.publish(String(data=self.own.to_json()))
+
+
+claim.NameWatch.settle = serve_unchecked
+"""
+
+
+def run_deaf(namespace, script):
+    """Run a deaf decoder in namespace to its exit (at most 120 s); return (code, output)."""
+    proc = subprocess.Popen(
+        [sys.executable, '-c', script, '--ros-args', '-r', f'__ns:={namespace}',
+         '-p', f'device:={TEST_DEVICE}', '-p', 'max_context:=512'],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        return proc.wait(timeout=120), proc.communicate()[0]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return None, proc.communicate()[0]
 
 
 def test_one_that_missed_the_first_at_start_exits_as_it_begins_to_serve(first, tmp_path):
     namespace = first.probe.base.rsplit('/', 1)[0]
-    done = subprocess.run(
-        [sys.executable, '-c', DEAF_AT_START, '--ros-args', '-r', f'__ns:={namespace}',
-         '-p', f'device:={TEST_DEVICE}', '-p', 'max_context:=512'],
-        capture_output=True, text=True, timeout=120)
-    output = done.stdout + done.stderr
-    assert done.returncode == 1, output
+    code, output = run_deaf(namespace, DEAF_AT_START + RUN_DECODER)
+    assert code == 1, output
     fatal, = [line for line in output.splitlines() if 'FATAL' in line]
     assert f'another decoder is already running as {namespace}/decoder' in fatal
     # Its pid is named when the first's latched ~/instance record arrived in time; on a loaded
     # CI machine the name alone was seen first once (the refusal then says so).
     assert f'(pid {first.node.proc.pid} on ' in fatal or 'publishes no instance' in fatal
+    assert first.node.proc.poll() is None
+    served_once(first)
+
+
+def test_one_that_began_serving_before_it_heard_the_first_gives_way(first, tmp_path):
+    namespace = first.probe.base.rsplit('/', 1)[0]
+    code, output = run_deaf(namespace, DEAF_AT_START + DEAF_AT_SERVE + RUN_DECODER)
+    assert code == 1, output
+    fatal, = [line for line in output.splitlines() if 'FATAL' in line]
+    assert (f'another decoder is already running as {namespace}/decoder '
+            f'(pid {first.node.proc.pid} on ') in fatal
+    assert 'began serving before this one heard it' in output and 'Traceback' not in output
     assert first.node.proc.poll() is None
     served_once(first)
 

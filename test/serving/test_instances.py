@@ -28,6 +28,15 @@ def test_a_serving_decoder_never_gives_way_to_a_newcomer():
     assert rival(own, [record(20, 'b'), record(5, 'c')]) is None
 
 
+def test_of_two_serving_the_one_that_started_first_stays():
+    # Both passed their checks without hearing the other (discovery slower than both).
+    early, late = record(10, 'x', serving=True), record(11, 'a', serving=True)
+    assert rival(late, [early]) == early
+    assert rival(early, [late]) is None
+    tie = record(10, 'y', serving=True)
+    assert rival(tie, [early]) == early and rival(early, [tie]) is None
+
+
 def test_of_two_starting_the_earlier_stays():
     early, late = record(10, 'x'), record(11, 'a')
     assert rival(late, [early]) == early
