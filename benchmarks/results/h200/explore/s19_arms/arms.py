@@ -12,9 +12,8 @@ split launch it edits); probe.sh takes NAME=DIR/NAME.py.
 import os
 import sys
 
+# reduce_order puts s14_attention (its static_sass) on the path itself.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 's18_reduce'))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..',
-                                's14_attention'))
 from reduce_order import source  # noqa: E402
 
 SPLIT_LAUNCH = ('num_stages=shape.num_stages, **pdl)',
