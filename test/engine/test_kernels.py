@@ -210,6 +210,36 @@ def test_attention_shapes_the_kernels_cannot_tile_are_refused_with_the_reason():
             kernels.KernelConfig().with_flag('attention.max_registers', value)
 
 
+GEMV_KINDS = ('rms_matvec', 'gate_up', 'matvec_add')   # the bf16 kinds kernels.yaml tunes
+
+
+@pytest.mark.gpu
+def test_every_tuned_bf16_gemv_shape_of_this_gpu_matches_the_torch_path():
+    # config/kernels.yaml's launch shapes for this GPU, each on its own matrix shape (the
+    # interpreter would take minutes on the heads' 128k rows): a tile the kernel mishandles at
+    # a shape it was chosen for shows here, not only in a benchmark's speed.
+    config = kernels.KernelConfig.for_device(DEVICE)
+    shapes = [(kind, n, k) for kind, n, k in config.tuned if kind in GEMV_KINDS]
+    if not shapes:
+        pytest.skip(f'config/kernels.yaml tunes no bf16 GEMV for {torch.cuda.get_device_name()}')
+    for kind, n, k in shapes:
+        x, g = rand(k), rand(k, dtype=torch.bfloat16)
+        if kind == 'rms_matvec':
+            w = rand(n, k, dtype=torch.bfloat16)
+            out, expected = (kernels.rms_matvec(x, g, w, None, 1e-5, config=config),
+                             ops_torch.rms_matvec(x, g, w, None, 1e-5))
+        elif kind == 'gate_up':
+            w = rand(2 * n, k, dtype=torch.bfloat16, scale=0.1)
+            out, expected = (kernels.rms_gate_up_silu(x, g, w, 1e-5, config=config),
+                             ops_torch.rms_gate_up_silu(x, g, w, 1e-5))
+        else:
+            w, out = rand(n, k, dtype=torch.bfloat16), rand(n)
+            expected = out.clone()
+            ops_torch.matvec_add(expected, x, w)
+            kernels.matvec_add(out, x, w, config=config)
+        assert rel(out, expected) < TOL[torch.bfloat16], (kind, n, k, config.gemv(kind, n, k))
+
+
 def test_every_gpu_entry_of_kernels_yaml_builds_a_configuration():
     import yaml
     from physinf_ros.resources import config_path

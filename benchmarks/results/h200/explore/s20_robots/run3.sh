@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Session 20, run 3: the in-step sweep (session 14's timeline.py, 5 interleaved rounds) of the
+# QKV GEMV's launch shape alone, run 2's best and their neighbours (arms3_<shape>.txt),
+# on the robot-size shapes and the 8B at ctx 2048 and 16384.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here/../../../../.."
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader > "$OUT/gpu.txt"
+cd benchmarks/results/h200/explore/s14_timeline
+for arch in llama-3.2-1b qwen2.5-1.5b llama-3.2-3b llama-3.1-8b; do
+  ROUNDS=5 ARMS="$(cat "$here/arms3_$arch.txt")" timeout 200 python3 timeline.py $arch 2048 16384 \
+    > "$OUT/run3_sweep_$arch.log" 2>&1
+  cut -c1-120 "$OUT/run3_sweep_$arch.log"
+done
