@@ -129,8 +129,10 @@ def test_one_that_began_serving_before_it_heard_the_first_gives_way(first, tmp_p
     code, output = run_deaf(namespace, DEAF_AT_START + DEAF_AT_SERVE + RUN_DECODER)
     assert code == 1, output
     fatal, = [line for line in output.splitlines() if 'FATAL' in line]
-    assert (f'another decoder is already running as {namespace}/decoder '
-            f'(pid {first.node.proc.pid} on ') in fatal
+    assert f'another decoder is already running as {namespace}/decoder' in fatal
+    # As above: the first's ~/instance record can arrive after its name (seen once in a full
+    # local run of the suite, session 20), and the refusal then says it has no pid to name.
+    assert f'(pid {first.node.proc.pid} on ' in fatal or 'publishes no instance' in fatal
     assert 'began serving before this one heard it' in output and 'Traceback' not in output
     assert first.node.proc.poll() is None
     served_once(first)
