@@ -8,8 +8,8 @@ timeline.py time graph replays back to back. For each shape, at ctx CTX, in one 
   ahead      LAUNCHED_AHEAD steps in flight, as the generation loop keeps them: host interval
              between successive tokens, and the device events
   replays    the greedy graph replayed back to back, timed by two events around all of them
-  split      the step captured as two or three graphs (the embedding and the first FIRST layers,
-             then the rest and the head; or the rest in two halves), replayed in turn and waited
+  split      the step captured as two or three graphs (the embedding and the first layer or two
+             (SPLITS), then the rest and the head; or the rest in two halves), replayed in turn and waited
              for, against the one graph replayed the same way: if a graph's launch latency grows
              with its nodes, a short first graph starts the device sooner, and the second one's
              launch overlaps the first one's work. Each split's greedy tokens are checked equal
