@@ -8,12 +8,12 @@ timeline.py time graph replays back to back. For each shape, at ctx CTX, in one 
   ahead      LAUNCHED_AHEAD steps in flight, as the generation loop keeps them: host interval
              between successive tokens, and the device events
   replays    the greedy graph replayed back to back, timed by two events around all of them
-  split      the step captured as two or three graphs (the embedding and the first layer or two
-             (SPLITS), then the rest and the head; or the rest in two halves), replayed in turn and waited
-             for, against the one graph replayed the same way: if a graph's launch latency grows
-             with its nodes, a short first graph starts the device sooner, and the second one's
-             launch overlaps the first one's work. Each split's greedy tokens are checked equal
-             to the one graph's from the same state
+  split      the step captured as two or three graphs (the embedding and the first layer or
+             two, then the rest and the head, or the rest in two halves: SPLITS), replayed in
+             turn and waited for, against the one graph replayed the same way: if a graph's
+             launch latency grows with its nodes, a short first graph starts the device sooner,
+             and the second one's launch overlaps the first one's work. Each split's greedy
+             tokens are checked equal to the one graph's from the same state
   empty      graphs of N tiny kernels (torch adds), launched and waited for one at a time: how a
              graph's launch latency grows with its nodes on this machine
 Usage: gap.py CTX ARCH...   (synthetic weights; medians over STEPS steps)
