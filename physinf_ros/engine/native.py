@@ -9,15 +9,18 @@ replay and one 8-byte copy of the chosen token back to the host.
 On CUDA (graphed or eager) a step is launched without waiting for it: its token is copied into
 a pinned host buffer behind the step and an event marks when it is there, so the generation
 loop can queue step n+1 before it hands token n to its caller and the device never waits for
-the host's publishing. Steps are timed by CUDA events around them (device time of the step).
+the host's publishing. Steps are timed by CUDA events around them (device time of the step);
+a graphed step's start event is the first node of its graph, one graph per token in flight, so
+nothing of the step is queued ahead of its replay (0.006 ms a step faster on the smallest shapes;
+docs/PERF.md, session 21).
 
-Context policy: one graph per sampling mode (greedy, sampled), captured for max_context. The
+Context policy: graphs per sampling mode (greedy, sampled), captured for max_context. The
 attention kernel reads the filled length from the device position, so the graph reads only
 the filled part of the cache at every length: no buckets, no padding to the maximum.
 """
 
 from dataclasses import replace
-from typing import Callable, Dict, Optional, Sequence, TYPE_CHECKING
+from typing import Callable, Dict, List, Optional, Sequence, TYPE_CHECKING
 
 import torch
 
@@ -76,13 +79,14 @@ class NativeDecoder:
         self._started = False
         self._sampling = Sampling()
         self._generator: Optional[torch.Generator] = None
-        self._graphs: Dict[bool, torch.cuda.CUDAGraph] = {}
+        self._graphs: Dict[bool, List[torch.cuda.CUDAGraph]] = {}
         self._pool = None
         if device.type == 'cuda':
             # One of each per unread step: a launched step's token and events stay intact until
             # LAUNCHED_AHEAD more are launched, by which time the loop has read them.
             self._token_slots = torch.zeros(LAUNCHED_AHEAD, dtype=torch.long, pin_memory=True)
-            self._events = [(torch.cuda.Event(enable_timing=True),
+            # external: a start event recorded inside a graph's capture becomes its node.
+            self._events = [(torch.cuda.Event(enable_timing=True, external=True),
                              torch.cuda.Event(enable_timing=True))
                             for _ in range(LAUNCHED_AHEAD)]
             self._launches = 0
@@ -122,10 +126,11 @@ class NativeDecoder:
             self.info = replace(self.info, backend='eager', note=note)
             self._body(greedy=True)
 
-    def _graph(self, greedy: bool) -> torch.cuda.CUDAGraph:
-        graph = self._graphs.get(greedy)
-        if graph is not None:
-            return graph
+    def _graph(self, greedy: bool) -> List[torch.cuda.CUDAGraph]:
+        # One graph per token slot, each starting with its slot's start event.
+        graphs = self._graphs.get(greedy)
+        if graphs is not None:
+            return graphs
         saved = self.token.clone(), self.pos.clone()
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
@@ -133,15 +138,20 @@ class NativeDecoder:
             for _ in range(2):  # compile kernels and settle the allocator outside the capture
                 self._body(greedy)
         torch.cuda.current_stream(self.device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            self._body(greedy)
-        self._pool = graph.pool()
+        graphs = []
+        for start, _ in self._events:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool):
+                start.record()
+                self._body(greedy)
+            self._pool = graph.pool()
+            graphs.append(graph)
         self.token.copy_(saved[0])
         self.pos.copy_(saved[1])
-        self._graphs[greedy] = graph
-        self.log(f'captured the {"greedy" if greedy else "sampling"} decode step in a CUDA graph')
-        return graph
+        self._graphs[greedy] = graphs
+        self.log(f'captured the {"greedy" if greedy else "sampling"} decode step in CUDA graphs, '
+                 f'one per token in flight ({len(graphs)})')
+        return graphs
 
     @torch.inference_mode()
     def prefill(self, token_ids: Sequence[int], sampling: Sampling) -> int:
@@ -178,8 +188,9 @@ class NativeDecoder:
         self._launches += 1
         start, end = self._events[index]
         slot = self._token_slots[index:index + 1]
-        start.record()
-        self._enqueue_step()
+        if not self.graphed:
+            start.record()   # a graph records its own
+        self._enqueue_step(index)
         slot.copy_(self.token, non_blocking=True)
         end.record()
         return _DeviceStep(slot, start, end)
@@ -190,16 +201,16 @@ class NativeDecoder:
 
     def _run_step(self) -> int:
         check_room(self._position, self.info.max_context)
-        self._enqueue_step()
+        self._enqueue_step(0)
         return int(self.token)
 
-    def _enqueue_step(self) -> None:
+    def _enqueue_step(self, index: int) -> None:
         greedy = self._sampling.greedy
         if not greedy:
             # The request's noise, drawn outside the graph so its seed holds (one launch).
             self.race.exponential_(generator=self._generator)
         if self.graphed:
-            self._graph(greedy).replay()
+            self._graph(greedy)[index].replay()
         else:
             self._body(greedy)
         self._position += 1

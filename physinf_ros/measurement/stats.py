@@ -1,4 +1,4 @@
-"""Latency statistics shared by the nodes and the benchmark: percentiles, bootstrap CIs."""
+"""Latency statistics shared by the nodes and the benchmark: percentiles, confidence intervals."""
 
 from collections import deque
 import math
@@ -83,6 +83,31 @@ def bootstrap_ratio_ci(a: Sequence[float], b: Sequence[float], confidence: float
     tail = (1.0 - confidence) / 2.0 * 100.0
     low, high = np.percentile(ratios, [tail, 100.0 - tail])
     return ratio, float(low), float(high)
+
+
+# Student's t, 97.5th percentiles by degrees of freedom (a two-sided 95% interval); the normal
+# distribution's 1.960 beyond the table.
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def ratio_t_ci(ratios: Sequence[float]) -> Tuple[float, float, float]:
+    """
+    Return the geometric mean of independent ratios and its 95% Student-t interval.
+
+    Each ratio is one independent pair (new / base of one round of processes, where the sessions
+    of a process share its level and so are not independent of each other). The interval is
+    taken on the logarithms, so it is symmetric in new / base and base / new. Needs two ratios.
+    """
+    logs = np.log(np.asarray(ratios, dtype=float))
+    if logs.ndim != 1 or logs.size < 2:
+        raise ValueError(f'need at least two ratios; got {logs.size}')
+    df = logs.size - 1
+    t = T_975[df - 1] if df <= len(T_975) else 1.960
+    mean = float(logs.mean())
+    half = t * float(logs.std(ddof=1)) / math.sqrt(logs.size)
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
 def bootstrap_mean_ci(values: Sequence[float], confidence: float = 0.95,

@@ -10,8 +10,10 @@ bf16 resolution at that logit).
 
 import math
 import statistics
+import time
 
 from physinf_ros.engine import load, Sampling
+from physinf_ros.engine.base import LAUNCHED_AHEAD
 from physinf_ros.engine.kernels import KernelConfig
 from physinf_ros.engine.models import resolve
 import pytest
@@ -243,6 +245,36 @@ def test_overlapped_loop_gives_the_step_by_step_tokens(sampling):
     assert all(0.0 < ms < 50.0 for ms in overlapped.step_ms)
     print(f'overlapped loop, {sampling}: {len(expected)} tokens, step median '
           f'{statistics.median(overlapped.step_ms):.4f} ms')
+
+
+def test_each_graphed_step_reports_its_own_device_time():
+    # A graphed step's start event is its graph's first node, one graph per token in flight:
+    # a node shared by two steps in flight would give the later step's start, and the earlier
+    # step a time near zero or below it.
+    engine = load('embedded', backend='graphed', device='cuda')
+    decoder = engine.decoder
+    decoder.prefill(engine.encode('Write one sentence about a robot.'), Sampling())
+    one_at_a_time = []
+    for _ in range(16):
+        start = time.perf_counter()
+        step_ms = decoder.launch().wait().step_ms
+        host_ms = (time.perf_counter() - start) * 1000.0
+        assert 0.0 < step_ms <= host_ms   # the device's time lies inside the host's wait
+        one_at_a_time.append(step_ms)
+    typical = statistics.median(one_at_a_time)
+    queue = [decoder.launch() for _ in range(LAUNCHED_AHEAD)]
+    start = time.perf_counter()
+    ahead = []
+    for _ in range(32):
+        ahead.append(queue.pop(0).wait().step_ms)
+        queue.append(decoder.launch())
+    for pending in queue:
+        ahead.append(pending.wait().step_ms)
+    wall_ms = (time.perf_counter() - start) * 1000.0
+    # The same steps, one after another on the device: each about as long as one alone, and
+    # together no longer than the wall time they ran in (plus the first ones already queued).
+    assert all(0.5 * typical < ms < 2.0 * typical for ms in ahead), (typical, ahead)
+    assert sum(ahead) < wall_ms + LAUNCHED_AHEAD * 2.0 * typical
 
 
 def test_the_decoder_keeps_the_kernel_configuration_it_was_given(tmp_path):

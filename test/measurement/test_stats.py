@@ -1,7 +1,7 @@
-"""The A/B statistics: the bootstrap CI of a ratio of paired session medians."""
+"""The A/B statistics: the bootstrap CI of paired session medians, the t interval of ratios."""
 
 import numpy as np
-from physinf_ros.measurement.stats import bootstrap_ratio_ci
+from physinf_ros.measurement.stats import bootstrap_ratio_ci, ratio_t_ci
 import pytest
 
 TRUE_RATIO = 1.26   # the paper's H100 graph speedup, as a known truth for synthetic samples
@@ -51,3 +51,34 @@ def test_ci_needs_paired_samples():
     with pytest.raises(ValueError):
         bootstrap_ratio_ci([1.0, 2.0], [1.0])
     assert bootstrap_ratio_ci([2.0], [1.0]) == (2.0, 2.0, 2.0)
+
+
+def test_t_interval_of_two_ratios_by_hand():
+    # Two rounds, 0.98 and 1.02: mean log ~ 0, sd of logs 0.02829, t(1) = 12.706.
+    ratio, low, high = ratio_t_ci([0.98, 1.02])
+    half = 12.706 * np.std(np.log([0.98, 1.02]), ddof=1) / np.sqrt(2)
+    mean = np.mean(np.log([0.98, 1.02]))
+    assert ratio == pytest.approx(np.exp(mean))
+    assert (low, high) == pytest.approx((np.exp(mean - half), np.exp(mean + half)))
+    assert low < 0.8 and high > 1.2, 'two disagreeing rounds resolve nothing'
+
+
+def test_t_interval_coverage_over_few_rounds():
+    # Four rounds whose levels differ by 3% (processes): a 95% interval covers the truth in
+    # about 95% of experiments; the bootstrap over rounds, with four, covers far fewer.
+    rng = np.random.default_rng(5)
+    trials, covered_t, covered_boot = 400, 0, 0
+    for trial in range(trials):
+        ratios = 0.98 * rng.lognormal(0.0, 0.03, 4)
+        _, low, high = ratio_t_ci(ratios)
+        covered_t += low <= 0.98 <= high
+        _, low, high = bootstrap_ratio_ci(ratios, np.ones(4), resamples=2000, seed=trial)
+        covered_boot += low <= 0.98 <= high
+    assert 0.90 <= covered_t / trials <= 0.99
+    assert covered_boot / trials < 0.85
+
+
+def test_t_interval_needs_two_ratios():
+    with pytest.raises(ValueError):
+        ratio_t_ci([1.0])
+    assert ratio_t_ci([1.5, 1.5, 1.5]) == pytest.approx((1.5, 1.5, 1.5))

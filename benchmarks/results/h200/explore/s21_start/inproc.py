@@ -1,0 +1,87 @@
+"""
+Session 21: the protocol's sessions, two decoder classes in one process on the same weights.
+
+The paired stage runs each arm in its own processes, and the 8B's process medians spread by
+up to 0.12 ms between processes of the same code (run 1): four processes an arm cannot resolve a
+few hundredths of a ms. Here the tree's NativeDecoder and a base file's (BASE, HEAD's native.py)
+take turns in one process: each session is the protocol's (a fresh decoder on the loaded
+weights, a prefill of ctx random tokens, 5 warm-up steps, 30 measured decoder.step() timed with
+time.perf_counter, gc off), the arms alternating A B / B A over SESSIONS pairs. Prints per cell
+each arm's median of session medians, new / base with a bootstrap interval over the pairs, and
+the median step by step index over the sessions (the within-session trend).
+Usage: inproc.py BASE CTX[,CTX] ARCH...
+"""
+import gc
+import importlib.util
+import statistics
+import sys
+import time
+
+from physinf_ros.bench.protocol import GREEDY, Plan, prompt_ids
+from physinf_ros.engine.loading import load
+from physinf_ros.measurement.stats import bootstrap_ratio_ci
+import torch
+
+SESSIONS = 10
+
+
+def base_class(path: str):
+    # HEAD's native.py as a module of the package, so its relative imports resolve.
+    spec = importlib.util.spec_from_file_location('physinf_ros.engine.native_base', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.NativeDecoder
+
+
+def session(engine, cls, plan: Plan, ctx: int, slot: int):
+    engine.renew('graphed', max_context=plan.max_context(ctx))
+    if cls is not None:   # the same fresh decoder, of the base class
+        d = engine.decoder
+        weights, info, device, config = d.weights, d.info, d.device, d.ops.config
+        engine.decoder = d = None
+        gc.collect()
+        engine.decoder = cls(weights, info, device, graphed=True, kernel_config=config)
+    decoder = engine.decoder
+    decoder.prefill(prompt_ids(engine.source.hf_config['vocab_size'], ctx, plan.seed, slot),
+                    GREEDY)
+    for _ in range(plan.warmup):
+        decoder.step()
+    samples = []
+    gc.disable()
+    try:
+        for _ in range(plan.steps):
+            start = time.perf_counter()
+            decoder.step()
+            samples.append((time.perf_counter() - start) * 1000.0)
+    finally:
+        gc.enable()
+    return samples
+
+
+def main(base: str, contexts, archs) -> None:
+    print(torch.cuda.get_device_name(), flush=True)
+    base_cls = base_class(base)
+    plan = Plan()
+    for arch in archs:
+        engine = load(f'synthetic:{arch}', 'graphed', max_context=plan.max_context(max(contexts)))
+        for ctx in contexts:
+            runs = {'new': [], 'base': []}
+            for slot in range(SESSIONS):
+                order = ('new', 'base') if slot % 2 == 0 else ('base', 'new')
+                for arm in order:
+                    cls = base_cls if arm == 'base' else None
+                    runs[arm].append(session(engine, cls, plan, ctx, slot))
+            medians = {arm: [statistics.median(s) for s in runs[arm]] for arm in runs}
+            ratio, low, high = bootstrap_ratio_ci(medians['new'], medians['base'])
+            print(f'{arch} ctx {ctx}: base {statistics.median(medians["base"]):.3f} ms, '
+                  f'new {statistics.median(medians["new"]):.3f} ms, new / base {ratio:.3f} '
+                  f'[{low:.3f}, {high:.3f}] ({SESSIONS} pairs)', flush=True)
+            for arm in runs:
+                by_index = [statistics.median(s[i] for s in runs[arm]) for i in range(plan.steps)]
+                print(f'  {arm} by step: ' + ' '.join(f'{ms:.3f}' for ms in by_index[::3]),
+                      flush=True)
+        engine.close()
+
+
+if __name__ == '__main__':
+    main(sys.argv[1], [int(c) for c in sys.argv[2].split(',')], sys.argv[3:])
