@@ -8,7 +8,8 @@ one fresh decoder to the next. Three arms in turn, SESSIONS each, all with the s
   fresh    a new decoder (new cache and graphs), as the protocol's sessions start
 Each session as the protocol's: the prefill, 5 warm-up steps, 30 measured decoder.step().
 If `same` spreads as `fresh` does, placement is not what sets the level.
-Usage: level.py CTX ARCH
+With `vary`, session i's prompt is the protocol's of slot i (run 7), else slot 0's for all.
+Usage: level.py CTX ARCH [vary]
 """
 import gc
 import statistics
@@ -38,13 +39,14 @@ def measure(decoder, ids, plan):
     return statistics.median(samples)
 
 
-def main(ctx: int, arch: str) -> None:
+def main(ctx: int, arch: str, vary: bool) -> None:
     print(torch.cuda.get_device_name(), flush=True)
     plan = Plan()
     engine = load(f'synthetic:{arch}', 'graphed', max_context=plan.max_context(ctx))
-    ids = prompt_ids(engine.source.hf_config['vocab_size'], ctx, plan.seed, 0)
+    vocab = engine.source.hf_config['vocab_size']
     levels = {'same': [], 'graphs': [], 'fresh': []}
-    for _ in range(SESSIONS):
+    for session in range(SESSIONS):
+        ids = prompt_ids(vocab, ctx, plan.seed, session if vary else 0)
         for arm in levels:
             if arm == 'graphs':
                 engine.decoder._graphs.clear()
@@ -60,4 +62,4 @@ def main(ctx: int, arch: str) -> None:
 
 
 if __name__ == '__main__':
-    main(int(sys.argv[1]), sys.argv[2])
+    main(int(sys.argv[1]), sys.argv[2], sys.argv[3:] == ['vary'])
