@@ -41,9 +41,13 @@ def session(engine, cls, plan: Plan, ctx: int, slot: int):
         engine.decoder = d = None
         gc.collect()
         engine.decoder = cls(weights, info, device, graphed=True, kernel_config=config)
-    decoder = engine.decoder
-    decoder.prefill(prompt_ids(engine.source.hf_config['vocab_size'], ctx, plan.seed, slot),
-                    GREEDY)
+    return timed_steps(engine.decoder, prompt_ids(engine.source.hf_config['vocab_size'], ctx,
+                                                  plan.seed, slot), plan)
+
+
+def timed_steps(decoder, ids, plan: Plan):
+    # The protocol's session on a decoder: the prefill, warm-up steps, then the measured ones.
+    decoder.prefill(ids, GREEDY)
     for _ in range(plan.warmup):
         decoder.step()
     samples = []

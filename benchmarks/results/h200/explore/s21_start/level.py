@@ -14,29 +14,13 @@ Usage: level.py CTX ARCH [vary]
 import gc
 import statistics
 import sys
-import time
 
-from physinf_ros.bench.protocol import GREEDY, Plan, prompt_ids
+from inproc import timed_steps   # the protocol's session (this folder is on sys.path)
+from physinf_ros.bench.protocol import Plan, prompt_ids
 from physinf_ros.engine.loading import load
 import torch
 
 SESSIONS = 10
-
-
-def measure(decoder, ids, plan):
-    decoder.prefill(ids, GREEDY)
-    for _ in range(plan.warmup):
-        decoder.step()
-    samples = []
-    gc.disable()
-    try:
-        for _ in range(plan.steps):
-            start = time.perf_counter()
-            decoder.step()
-            samples.append((time.perf_counter() - start) * 1000.0)
-    finally:
-        gc.enable()
-    return statistics.median(samples)
 
 
 def main(ctx: int, arch: str, vary: bool) -> None:
@@ -55,7 +39,7 @@ def main(ctx: int, arch: str, vary: bool) -> None:
                 engine.decoder._graph(True)
             elif arm == 'fresh':
                 engine.renew('graphed', max_context=plan.max_context(ctx))
-            levels[arm].append(measure(engine.decoder, ids, plan))
+            levels[arm].append(statistics.median(timed_steps(engine.decoder, ids, plan)))
     for arm, values in levels.items():
         print(f'{arch} ctx {ctx} {arm:6s}: ' + ' '.join(f'{v:.3f}' for v in values)
               + f' (spread {max(values) - min(values):.3f} ms)', flush=True)
