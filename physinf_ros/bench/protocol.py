@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 import gc
 import statistics
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..engine import backends, check_backend, Engine, EngineError, load, Sampling
+from ..engine import backends, check_backend, Decoder, Engine, EngineError, load, Sampling
 from ..engine.device import pick_device
 from ..engine.stacks import missing
 from ..measurement.stats import bootstrap_ratio_ci, percentile
@@ -190,15 +190,12 @@ def vocab_size(engine: Engine) -> int:
     return engine.source.hf_config['vocab_size']
 
 
-def run_session(engine: Engine, plan: Plan, mode: str, ctx: int, slot: int,
-                on_step: Callable[[float], None], stop: Callable[[], bool],
-                log: Callable[[str], None]) -> Tuple[str, Session]:
-    """Start a fresh decoder, prefill ctx tokens, warm up, measure; return (backend, session)."""
-    if stop():
-        raise Stopped()
-    engine.renew(mode, log=log, max_context=plan.max_context(ctx))
-    decoder = engine.decoder   # local only: the next renew must be able to free this one
-    ids = prompt_ids(vocab_size(engine), ctx, plan.seed, slot)
+def timed_session(decoder: Decoder, ids: Sequence[int], plan: Plan,
+                  on_step: Callable[[float], None] = lambda _: None,
+                  stop: Callable[[], bool] = lambda: False) -> Tuple[float, List[float]]:
+    """Prefill ids, take plan.warmup steps, time plan.steps; return (prefill_ms, step_ms list)."""
+    # A step is timed on the host around decoder.step() (launch, then wait for its token): the
+    # interval a caller of the decoder sees. Scripts that measure as the protocol does call this.
     start = time.perf_counter()
     decoder.prefill(ids, GREEDY)
     prefill_ms = (time.perf_counter() - start) * 1000.0
@@ -216,6 +213,19 @@ def run_session(engine: Engine, plan: Plan, mode: str, ctx: int, slot: int,
             on_step(samples[-1])
     finally:
         gc.enable()
+    return prefill_ms, samples
+
+
+def run_session(engine: Engine, plan: Plan, mode: str, ctx: int, slot: int,
+                on_step: Callable[[float], None], stop: Callable[[], bool],
+                log: Callable[[str], None]) -> Tuple[str, Session]:
+    """Start a fresh decoder, prefill ctx tokens, warm up, measure; return (backend, session)."""
+    if stop():
+        raise Stopped()
+    engine.renew(mode, log=log, max_context=plan.max_context(ctx))
+    decoder = engine.decoder   # local only: the next renew must be able to free this one
+    ids = prompt_ids(vocab_size(engine), ctx, plan.seed, slot)
+    prefill_ms, samples = timed_session(decoder, ids, plan, on_step, stop)
     return decoder.info.backend, Session(slot, prefill_ms, samples)
 
 

@@ -1,6 +1,9 @@
 """The protocol's comparison of two cells, its plan of modes and sessions, its prompts."""
 
-from physinf_ros.bench.protocol import Cell, compare, Plan, prompt_ids, Session
+import gc
+
+from physinf_ros.bench.protocol import (Cell, compare, Plan, prompt_ids, Session, Stopped,
+                                        timed_session)
 import pytest
 
 
@@ -38,3 +41,35 @@ def test_prompts_repeat_per_slot_and_rotate_between_slots():
     assert prompt_ids(1000, 64, 0, 3) != prompt_ids(1000, 64, 0, 4)
     ids = prompt_ids(1000, 64, 0, 0)
     assert len(ids) == 64 and 0 <= min(ids) and max(ids) < 1000
+
+
+class _CountingDecoder:
+    """Records what a session asks of it, and whether the collector ran during its steps."""
+
+    def __init__(self):
+        self.calls, self.gc_during_steps = [], set()
+
+    def prefill(self, ids, sampling):
+        self.calls.append(('prefill', len(ids)))
+
+    def step(self):
+        self.calls.append('step')
+        self.gc_during_steps.add(gc.isenabled())
+
+
+def test_a_session_prefills_warms_up_then_times_each_step():
+    decoder, seen = _CountingDecoder(), []
+    plan = Plan(steps=4, warmup=2)
+    prefill_ms, samples = timed_session(decoder, [1, 2, 3], plan, on_step=seen.append)
+    assert decoder.calls == [('prefill', 3)] + ['step'] * 6
+    assert len(samples) == 4 and seen == samples and prefill_ms >= 0.0
+    assert decoder.gc_during_steps == {True, False}   # on while warming up, off while timed
+    assert gc.isenabled()
+
+
+def test_a_session_stops_between_steps_and_turns_the_collector_back_on():
+    decoder = _CountingDecoder()
+    asked = iter([False, False, True])
+    with pytest.raises(Stopped):
+        timed_session(decoder, [1], Plan(steps=5, warmup=0), stop=lambda: next(asked))
+    assert decoder.calls.count('step') == 2 and gc.isenabled()

@@ -15,9 +15,8 @@ import gc
 import importlib.util
 import statistics
 import sys
-import time
 
-from physinf_ros.bench.protocol import GREEDY, Plan, prompt_ids
+from physinf_ros.bench.protocol import Plan, prompt_ids, timed_session
 from physinf_ros.engine.loading import load
 from physinf_ros.measurement.stats import bootstrap_ratio_ci
 import torch
@@ -41,25 +40,8 @@ def session(engine, cls, plan: Plan, ctx: int, slot: int):
         engine.decoder = d = None
         gc.collect()
         engine.decoder = cls(weights, info, device, graphed=True, kernel_config=config)
-    return timed_steps(engine.decoder, prompt_ids(engine.source.hf_config['vocab_size'], ctx,
-                                                  plan.seed, slot), plan)
-
-
-def timed_steps(decoder, ids, plan: Plan):
-    # The protocol's session on a decoder: the prefill, warm-up steps, then the measured ones.
-    decoder.prefill(ids, GREEDY)
-    for _ in range(plan.warmup):
-        decoder.step()
-    samples = []
-    gc.disable()
-    try:
-        for _ in range(plan.steps):
-            start = time.perf_counter()
-            decoder.step()
-            samples.append((time.perf_counter() - start) * 1000.0)
-    finally:
-        gc.enable()
-    return samples
+    ids = prompt_ids(engine.source.hf_config['vocab_size'], ctx, plan.seed, slot)
+    return timed_session(engine.decoder, ids, plan)[1]   # the protocol's session: step times
 
 
 def main(base: str, contexts, archs) -> None:

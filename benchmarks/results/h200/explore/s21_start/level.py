@@ -15,8 +15,7 @@ import gc
 import statistics
 import sys
 
-from inproc import timed_steps   # the protocol's session (this folder is on sys.path)
-from physinf_ros.bench.protocol import Plan, prompt_ids
+from physinf_ros.bench.protocol import Plan, prompt_ids, timed_session
 from physinf_ros.engine.loading import load
 import torch
 
@@ -39,7 +38,7 @@ def main(ctx: int, arch: str, vary: bool) -> None:
                 engine.decoder._graph(True)
             elif arm == 'fresh':
                 engine.renew('graphed', max_context=plan.max_context(ctx))
-            levels[arm].append(statistics.median(timed_steps(engine.decoder, ids, plan)))
+            levels[arm].append(statistics.median(timed_session(engine.decoder, ids, plan)[1]))
     for arm, values in levels.items():
         print(f'{arch} ctx {ctx} {arm:6s}: ' + ' '.join(f'{v:.3f}' for v in values)
               + f' (spread {max(values) - min(values):.3f} ms)', flush=True)
