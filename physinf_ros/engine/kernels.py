@@ -54,6 +54,13 @@ class GemvConfig:
     block_k: int = 512
     split_k: int = 1
     num_warps: int = 4
+    # Weight tiles each program loads before its PDL wait (the loop then keeps one more in
+    # flight): more fills the previous kernel's tail where all programs are resident at once.
+    tiles_ahead: int = 1
+
+    def __post_init__(self):
+        if self.tiles_ahead not in (1, 2, 3):
+            raise ValueError(f'tiles_ahead is 1, 2 or 3, not {self.tiles_ahead}')
 
 
 @dataclass(frozen=True)
@@ -193,7 +200,8 @@ class KernelConfig:
             # Tiny shapes (tests, the interpreter): small tiles keep masks exercised and runs
             # quick; residual GEMVs split K in two so the split path is exercised too.
             return GemvConfig(min(config.block_n, 16), min(config.block_k, 64),
-                              2 if kind.startswith('matvec_add') else 1, config.num_warps)
+                              2 if kind.startswith('matvec_add') else 1, config.num_warps,
+                              config.tiles_ahead)
         return config
 
     def stream(self) -> str:
@@ -327,15 +335,20 @@ def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
                    HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, ACCUMULATE: tl.constexpr,
                    HAS_ARGMAX: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                    SPLIT_K: tl.constexpr, EVEN: tl.constexpr, STREAM: tl.constexpr,
-                   PDL: tl.constexpr):
+                   AHEAD: tl.constexpr, PDL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     k_len = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
     k_start = tl.program_id(1) * k_len
     k_end = tl.minimum(k_start + k_len, K)
     w_rows = W + rows.to(tl.int64)[:, None] * K
-    # Weights never depend on the previous kernel: the first tile is in flight before the wait.
+    # Weights never depend on the previous kernel: the first AHEAD tiles are in flight before
+    # the wait.
     w_next = _tile(w_rows, row_mask, k_start, k_end, BLOCK_K, EVEN, STREAM)
+    if AHEAD >= 2:
+        w_next2 = _tile(w_rows, row_mask, k_start + BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
+    if AHEAD >= 3:
+        w_next3 = _tile(w_rows, row_mask, k_start + 2 * BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
     _grid_sync(PDL)
     # RMSNorm's 1 / rms is one number: it scales the sums at the end, and its squares come from
     # the loads the tiles need anyway, so no pass over the input precedes the first tile (the
@@ -344,8 +357,16 @@ def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     squares = tl.zeros([BLOCK_K], dtype=tl.float32)
     for k0 in range(k_start, k_end, BLOCK_K):
-        w = w_next   # keep 2 tiles in flight
-        w_next = _tile(w_rows, row_mask, k0 + BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
+        w = w_next   # keep AHEAD + 1 tiles in flight
+        if AHEAD == 1:
+            w_next = _tile(w_rows, row_mask, k0 + BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
+        elif AHEAD == 2:
+            w_next = w_next2
+            w_next2 = _tile(w_rows, row_mask, k0 + 2 * BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
+        else:
+            w_next = w_next2
+            w_next2 = w_next3
+            w_next3 = _tile(w_rows, row_mask, k0 + 3 * BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
         if HAS_NORM:
             x, squares = _normed(X, NORM, cols, cols < k_end, squares, EVEN)
@@ -741,7 +762,8 @@ def _matvec(w, x, y, norm_w, bias, eps, kind, config: KernelConfig, accumulate=F
         argmax if argmax is not None else y, n, k, eps, HAS_NORM=norm_w is not None,
         HAS_BIAS=bias is not None, ACCUMULATE=accumulate, HAS_ARGMAX=argmax is not None,
         BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=split_k, EVEN=_even(n, k, cfg),
-        STREAM=config.stream(), num_warps=cfg.num_warps, **_pdl(x.device))
+        STREAM=config.stream(), AHEAD=cfg.tiles_ahead, num_warps=cfg.num_warps,
+        **_pdl(x.device))
 
 
 _TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}

@@ -49,6 +49,25 @@ def test_matvec_add_accumulates_into_the_residual(dtype):
     assert rel(x, expected) < TOL[dtype]
 
 
+@pytest.mark.parametrize('ahead', [2, 3])
+def test_gemvs_with_more_tiles_ahead_of_the_wait_match_the_torch_path(ahead):
+    # Tiles before the wait and in flight shift by `ahead`: every tile must still be summed
+    # once, also where a split holds fewer tiles than that (K of 3 tiles in 2 splits: 2 and 1).
+    x, g, a = rand(192), rand(192, dtype=torch.bfloat16), rand(40)
+    w = rand(40, 192, dtype=torch.bfloat16)
+    config = kernels.KernelConfig()
+    for kind in ('rms_matvec', 'matvec_add'):
+        config = config.with_gemv(kind, 40, 192, kernels.GemvConfig(8, 64, 2, 4, ahead))
+    out = kernels.rms_matvec(x, g, w, None, 1e-6, config=config)
+    assert rel(out, ops_torch.rms_matvec(x, g, w, None, 1e-6)) < TOL[torch.bfloat16]
+    expected, residual = a.clone(), a.clone()
+    ops_torch.matvec_add(expected, x, w)
+    kernels.matvec_add(residual, x, w, config=config)
+    assert rel(residual, expected) < TOL[torch.bfloat16]
+    with pytest.raises(ValueError, match='tiles_ahead'):
+        kernels.GemvConfig(tiles_ahead=4)
+
+
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize('heads, kv_heads', [(4, 2), (9, 3), (7, 1)])
 def test_rope_cache_and_attention(dtype, heads, kv_heads):

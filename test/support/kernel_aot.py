@@ -29,10 +29,12 @@ def variants():
     """(kernel, signature, constexprs) for every variant the engine launches on Hopper."""
     out = []
     for even in (True, False):
-        for norm, acc, argmax, split in ((True, False, True, 1), (False, True, False, 2)):
+        # The head (one tile ahead of the wait) and a residual GEMV with two (tiles_ahead).
+        for norm, acc, argmax, split, ahead in ((True, False, True, 1, 1),
+                                                (False, True, False, 2, 2)):
             consts = {'HAS_NORM': norm, 'HAS_BIAS': norm, 'ACCUMULATE': acc,
                       'HAS_ARGMAX': argmax, 'BLOCK_N': 8, 'BLOCK_K': 1024, 'SPLIT_K': split,
-                      'EVEN': even, 'STREAM': 'evict_first', 'PDL': True}
+                      'EVEN': even, 'STREAM': 'evict_first', 'AHEAD': ahead, 'PDL': True}
             out.append((kernels._matvec_kernel, GEMV, consts))
         out.append((kernels._gate_up_kernel, {k: GEMV[k] for k in ('W', 'X', 'Y', 'NORM', 'N',
                                                                    'K', 'eps')},
