@@ -10,6 +10,7 @@ step has few launches:
   rope_attention    split-K GQA attention over the filled cache (flash-decoding), + reduce;
                     the split kernel also applies RoPE and stores this token's k and v at `pos`
   greedy_head       final RMSNorm + lm_head GEMV with the argmax folded into its epilogue
+  embed             the token's embedding row as the float32 residual, the step's first kernel
 GPTQ 4-bit linears (PackedLinear) take the same roles through _q4_gemv_kernel, which reads
 GPTQ's own layout, or on a GPU through the CUDA kernels of q4_gemv.cu (q4_cuda.py). `pos` is
 read on the device, so one captured graph serves every position.
@@ -747,6 +748,15 @@ def _greedy_finish_kernel(PACKED, TOKEN, POS, PDL: tl.constexpr):
     packed = tl.load(PACKED)
     tl.store(TOKEN, 0xFFFFFFFF - (packed & 0xFFFFFFFF))
     tl.store(POS, tl.load(POS) + 1)
+    tl.store(PACKED, -2 ** 63)   # ready for the next step's head: no fill kernel before it
+
+
+@triton.jit
+def _embed_kernel(TABLE, TOKEN, X, H, ROW_STRIDE, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    _grid_sync(PDL)   # the token is the previous kernel's (or step's) result
+    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    row = TABLE + tl.load(TOKEN) * ROW_STRIDE
+    tl.store(X + cols, tl.load(row + cols, mask=cols < H).to(tl.float32), mask=cols < H)
 
 
 def _matvec(w, x, y, norm_w, bias, eps, kind, config: KernelConfig, accumulate=False,
@@ -804,13 +814,28 @@ def rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w, bias: Optional[torch.Te
     return y
 
 
+def argmax_slot(device: torch.device) -> torch.Tensor:
+    """Return the 64-bit slot greedy_head's argmax folds into, ready for its first use."""
+    return torch.full((1,), -2 ** 63, device=device, dtype=torch.int64)
+
+
 def greedy_head(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, eps: float,
                 logits: torch.Tensor, token: torch.Tensor, pos: torch.Tensor,
-                config: KernelConfig = DEFAULT_CONFIG) -> None:
-    """Write the logits, their argmax into token, and advance pos: the greedy step's end."""
-    packed = torch.full((1,), -2 ** 63, device=x.device, dtype=torch.int64)
+                packed: torch.Tensor, config: KernelConfig = DEFAULT_CONFIG) -> None:
+    """Write the logits, their argmax into token, advance pos: the greedy step's end."""
+    # packed is an argmax_slot that the caller keeps: the step leaves it ready for the next.
     _matvec(w, x, logits, norm_w, None, eps, 'rms_matvec', config, argmax=packed)
     _greedy_finish_kernel[(1,)](packed, token, pos, num_warps=1, **_pdl(x.device))
+
+
+def embed(table: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
+    """Return table's row for token [1] (on the device) as float32 [H]: the step's residual."""
+    h = table.shape[1]
+    assert table.stride(1) == 1, 'embedding rows must be contiguous'
+    x = torch.empty(h, device=table.device, dtype=torch.float32)
+    _embed_kernel[(triton.cdiv(h, 1024),)](table, token, x, h, table.stride(0), BLOCK=1024,
+                                           num_warps=4, **_pdl(table.device))
+    return x
 
 
 def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up, eps: float,
@@ -876,12 +901,19 @@ class KernelOps:
 
     def __init__(self, config: KernelConfig):
         self.config = config
+        self._argmax_slots = {}   # device -> greedy_head's slot, kept for captured graphs
+
+    def embed(self, table, token):
+        return embed(table, token)
 
     def rms_matvec(self, x, norm_w, w, bias, eps, out=None):
         return rms_matvec(x, norm_w, w, bias, eps, out, self.config)
 
     def greedy_head(self, x, norm_w, w, eps, logits, token, pos):
-        greedy_head(x, norm_w, w, eps, logits, token, pos, self.config)
+        if x.device not in self._argmax_slots:
+            self._argmax_slots[x.device] = argmax_slot(x.device)
+        greedy_head(x, norm_w, w, eps, logits, token, pos, self._argmax_slots[x.device],
+                    self.config)
 
     def rms_gate_up_silu(self, x, norm_w, w_gate_up, eps):
         return rms_gate_up_silu(x, norm_w, w_gate_up, eps, self.config)

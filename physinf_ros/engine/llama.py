@@ -350,7 +350,7 @@ def decode_layers(w: Weights, cache: KVCache, token: torch.Tensor, pos: torch.Te
     captured in a graph.
     """
     c = w.config
-    x = w.embed.index_select(0, token).float().view(-1)            # [H] residual
+    x = ops.embed(w.embed, token)                                  # [H] residual
     for i, layer in enumerate(w.layers):
         qkv = ops.rms_matvec(x, layer.attn_norm, layer.wqkv, layer.bqkv, c.rms_norm_eps)
         # RoPE on q and k, k and v stored at pos, attention over 0..pos.

@@ -14,6 +14,11 @@ from .gptq import dense
 from .llama import rms_norm
 
 
+def embed(table: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
+    """Return table's row for token [1] (on the device) as float32 [H]: the step's residual."""
+    return table.index_select(0, token).float().view(-1)
+
+
 def rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor,
                bias: Optional[torch.Tensor], eps: float,
                out: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -166,15 +166,30 @@ def test_greedy_head_takes_the_argmax_in_the_gemv(dtype):
     logits = torch.empty(1000, device=DEVICE)
     token = torch.zeros(1, dtype=torch.long, device=DEVICE)
     pos = torch.tensor([41], dtype=torch.int32, device=DEVICE)
-    kernels.greedy_head(x, g, w, 1e-5, logits, token, pos)
+    slot = kernels.argmax_slot(DEVICE)
+    kernels.greedy_head(x, g, w, 1e-5, logits, token, pos, slot)
     assert rel(logits, ops_torch.rms_matvec(x, g, w, None, 1e-5)) < TOL[dtype]
     assert token.item() == torch.argmax(logits).item()
     assert pos.item() == 42
     # A tie: a later row equal to the best one; the lower index wins, as with torch.argmax.
     best = torch.argmax(logits).item()
     w[999 if best < 999 else 0] = w[best]
-    kernels.greedy_head(x, g, w, 1e-5, logits, token, pos)
+    kernels.greedy_head(x, g, w, 1e-5, logits, token, pos, slot)
     assert token.item() == min(best, 0 if best == 999 else best) and pos.item() == 43
+    # The slot is left ready for the next step: a best logit lower than the last step's wins.
+    other = (best + 500) % 1000
+    lower = w * 0.1
+    lower[other] = w[best] * 0.5
+    kernels.greedy_head(x, g, lower, 1e-5, logits, token, pos, slot)
+    assert token.item() == other and pos.item() == 44
+
+
+def test_the_embedding_kernel_gives_the_tokens_row_as_float32():
+    table = rand(50, 300, dtype=torch.bfloat16)[:, :200]   # rows strided as in a wider table
+    token = torch.tensor([37], device=DEVICE)
+    out = kernels.embed(table, token)
+    assert out.dtype == torch.float32 and torch.equal(out, ops_torch.embed(table, token))
+    assert torch.equal(out, table[37].float())
 
 
 def test_an_ab_builds_one_configuration_per_arm():

@@ -64,6 +64,8 @@ def variants():
                 {k: attention[k] for k in ('D', 'GROUP_P', 'SPLITS', 'PDL')}))
     out.append((kernels._greedy_finish_kernel, {'PACKED': '*i64', 'TOKEN': '*i64',
                                                 'POS': '*i32'}, {'PDL': True}))
+    out.append((kernels._embed_kernel, {'TABLE': BF, 'TOKEN': '*i64', 'X': F32, 'H': 'i32',
+                                        'ROW_STRIDE': 'i32'}, {'BLOCK': 1024, 'PDL': True}))
     return out
 
 

@@ -142,6 +142,7 @@ class Stamping:
     def __init__(self):
         self.stamps = torch.zeros(LAUNCHES * SLOT * WIDTH, dtype=torch.int64, device='cuda')
         self.launches = []
+        self.skipped = 0   # launches ahead of layer 0 (the embedding's), left out of the tables
 
     def start(self):
         self.launches = []
@@ -217,7 +218,10 @@ def stamped_windows(stamped, model, ops, ctx):
         model.pos.fill_(ctx - 1)
         graph.replay()
     torch.cuda.synchronize()
-    return launches, windows(stamped.STAMPING.stamps, len(launches))
+    win = windows(stamped.STAMPING.stamps, len(launches))
+    # Since session 22 the step starts with the embedding kernel: the tables start at layer 0.
+    skipped = stamped.STAMPING.skipped = int(launches[0] == 'embed')
+    return launches[skipped:], win[skipped:]
 
 
 def op_rows(win, launches):
@@ -274,8 +278,10 @@ def timeline(model, stamped, dev, ctx):
     for i in range(0, 2 * len(NAMES) + 1):
         print(f'  {i:>3} {launches[i]:>16} ' + ' '.join(f'{v:8.2f}' for v in win[i][:4])
               + f' {win[i][4]}')
-    split = len(NAMES) + 1   # layer 1's split kernel: which programs end last, and why?
-    rows = stamped.STAMPING.stamps.view(LAUNCHES, SLOT, WIDTH)[split, :win[split][4]].cpu()
+    # Layer 1's split kernel (its launch slot counts the embedding's): which programs end last?
+    split = len(NAMES) + 1 + stamped.STAMPING.skipped
+    programs = win[len(NAMES) + 1][4]
+    rows = stamped.STAMPING.stamps.view(LAUNCHES, SLOT, WIDTH)[split, :programs].cpu()
     released = rows[:, 1].min().item()
     order = sorted(range(len(rows)), key=lambda p: rows[p, 2].item())
     heads = model.config.num_kv_heads

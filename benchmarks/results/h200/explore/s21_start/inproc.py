@@ -3,16 +3,20 @@ Session 21: the protocol's sessions, two decoder classes in one process on the s
 
 The paired stage runs each arm in its own processes, and the 8B's process medians spread by
 up to 0.12 ms between processes of the same code (run 1): four processes an arm cannot resolve a
-few hundredths of a ms. Here the tree's NativeDecoder and a base file's (BASE, HEAD's native.py)
-take turns in one process: each session is the protocol's (a fresh decoder on the loaded
-weights, a prefill of ctx random tokens, 5 warm-up steps, 30 measured decoder.step() timed with
-time.perf_counter, gc off), the arms alternating A B / B A over SESSIONS pairs. Prints per cell
-each arm's median of session medians, new / base with a bootstrap interval over the pairs, and
-the median step by step index over the sessions (the within-session trend).
+few hundredths of a ms. Here the tree's NativeDecoder and a base's take turns in one process
+(BASE: HEAD's native.py, or since session 22 a folder with a copy of the whole package, its
+physinf_ros/ and config/, imported as a package of its own): each session is the protocol's (a
+fresh decoder on the loaded weights, a prefill of ctx random tokens, 5 warm-up steps, 30
+measured decoder.step() timed with time.perf_counter, gc off), the arms alternating A B / B A
+over SESSIONS pairs. Prints per cell each arm's median of session medians, new / base with a
+bootstrap interval over the pairs, and the median step by step index over the sessions (the
+within-session trend).
 Usage: inproc.py BASE CTX[,CTX] ARCH...
 """
 import gc
+import importlib
 import importlib.util
+import os
 import statistics
 import sys
 
@@ -25,6 +29,13 @@ SESSIONS = 10
 
 
 def base_class(path: str):
+    if os.path.isdir(path):   # a copy of the whole package (session 22), as its own package
+        init = os.path.join(path, 'physinf_ros', '__init__.py')
+        spec = importlib.util.spec_from_file_location(
+            'physinf_ros_base', init, submodule_search_locations=[os.path.dirname(init)])
+        sys.modules['physinf_ros_base'] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules['physinf_ros_base'])
+        return importlib.import_module('physinf_ros_base.engine.native').NativeDecoder
     # HEAD's native.py as a module of the package, so its relative imports resolve.
     spec = importlib.util.spec_from_file_location('physinf_ros.engine.native_base', path)
     module = importlib.util.module_from_spec(spec)
