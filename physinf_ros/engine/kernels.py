@@ -831,7 +831,8 @@ def greedy_head(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, eps: flo
 def embed(table: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
     """Return table's row for token [1] (on the device) as float32 [H]: the step's residual."""
     h = table.shape[1]
-    assert table.stride(1) == 1, 'embedding rows must be contiguous'
+    if table.stride(1) != 1:
+        raise ValueError('the embedding kernel reads contiguous rows: pass table.contiguous()')
     x = torch.empty(h, device=table.device, dtype=torch.float32)
     _embed_kernel[(triton.cdiv(h, 1024),)](table, token, x, h, table.stride(0), BLOCK=1024,
                                            num_warps=4, **_pdl(table.device))

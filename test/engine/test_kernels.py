@@ -190,6 +190,8 @@ def test_the_embedding_kernel_gives_the_tokens_row_as_float32():
     out = kernels.embed(table, token)
     assert out.dtype == torch.float32 and torch.equal(out, ops_torch.embed(table, token))
     assert torch.equal(out, table[37].float())
+    with pytest.raises(ValueError, match='contiguous'):
+        kernels.embed(table.t(), token)
 
 
 def test_an_ab_builds_one_configuration_per_arm():
