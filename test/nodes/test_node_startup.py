@@ -90,11 +90,18 @@ def test_a_signal_while_starting_exits_quietly(script, seconds, signum, tmp_path
     command = installed_command(script, f'physinf_ros.nodes.{script}')
     # What an interrupted benchmark measured is written: into this test's folder.
     out = ['-p', f'out_dir:={tmp_path}'] if script == 'benchmark_node' else []
+    # faulthandler: a node that hangs instead of stopping is made to print every thread's stack.
     proc = subprocess.Popen(command + ['--ros-args', '-r', f'__ns:={NAMESPACE}', *out],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, PYTHONFAULTHANDLER='1'))
     time.sleep(seconds)
     proc.send_signal(signum)
-    output, _ = proc.communicate(timeout=60)
+    try:
+        output, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        output, _ = proc.communicate(timeout=30)
+        pytest.fail(f'still running 60 s after the signal; its threads then:\n{output}')
     assert proc.returncode == 0, output
     assert 'Traceback' not in output and 'stopped' in output, output
 
