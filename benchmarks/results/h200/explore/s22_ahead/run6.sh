@@ -5,7 +5,8 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../../../../.."
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader > "$OUT/gpu.txt"
 timeout 400 python3 -m pytest -q -p no:cacheprovider -rs test/engine/test_kernels.py \
   test/engine/test_gpu_engine.py -k "not embedded" > "$OUT/run6_gpu_tests.log" 2>&1
