@@ -52,7 +52,7 @@ def summarise(folder: Path) -> list:
                     / mean([arms['base'][s] for s in slots if s[0] == r]) for r in rounds]
         round_ci = list(ratio_t_ci(by_round)[1:]) if len(rounds) > 1 else None
         rows.append({'model': tag, 'ctx': ctx, 'pairs': len(slots),
-                     'base_ms': sum(base) / len(base), 'new_ms': sum(new) / len(new),
+                     'base_ms': mean(base), 'new_ms': mean(new),
                      'ratio': ratio, 'ratio_ci95': [low, high],
                      'rounds': len(rounds), 'round_ratios': by_round,
                      'round_ratio_ci95': round_ci})

@@ -834,8 +834,9 @@ def embed(table: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
     if table.stride(1) != 1:
         raise ValueError('the embedding kernel reads contiguous rows: pass table.contiguous()')
     x = torch.empty(h, device=table.device, dtype=torch.float32)
-    _embed_kernel[(triton.cdiv(h, 1024),)](table, token, x, h, table.stride(0), BLOCK=1024,
-                                           num_warps=4, **_pdl(table.device))
+    block = 1024
+    _embed_kernel[(triton.cdiv(h, block),)](table, token, x, h, table.stride(0), BLOCK=block,
+                                            num_warps=4, **_pdl(table.device))
     return x
 
 
