@@ -11,6 +11,9 @@ step has few launches:
                     the split kernel also applies RoPE and stores this token's k and v at `pos`
   greedy_head       final RMSNorm + lm_head GEMV with the argmax folded into its epilogue
   embed             the token's embedding row as the float32 residual, the step's first kernel
+  step_end          a sampled step's reply to the host, as greedy_head's last kernel gives it
+A step answers the host itself: its last kernel writes the token and the nanoseconds since embed
+stamped %globaltimer into a pinned host row, so neither a copy nor a timing event follows it.
 GPTQ 4-bit linears (PackedLinear) take the same roles through _q4_gemv_kernel, which reads
 GPTQ's own layout, or on a GPU through the CUDA kernels of q4_gemv.cu (q4_cuda.py). `pos` is
 read on the device, so one captured graph serves every position.
@@ -743,17 +746,51 @@ def _attn_reduce_kernel(MAXS, SUMS, ACCS, OUT, group, D: tl.constexpr, GROUP_P: 
 
 
 @triton.jit
-def _greedy_finish_kernel(PACKED, TOKEN, POS, PDL: tl.constexpr):
-    _grid_sync(PDL)
-    packed = tl.load(PACKED)
-    tl.store(TOKEN, 0xFFFFFFFF - (packed & 0xFFFFFFFF))
-    tl.store(POS, tl.load(POS) + 1)
-    tl.store(PACKED, -2 ** 63)   # ready for the next step's head: no fill kernel before it
+def _now(after):
+    # The GPU's nanosecond clock, one for all SMs; read once `after` is known, so not earlier.
+    return tl.inline_asm_elementwise('mov.u64 $0, %globaltimer;', '=l,r', [after],
+                                     dtype=tl.int64, is_pure=False, pack=1)
 
 
 @triton.jit
-def _embed_kernel(TABLE, TOKEN, X, H, ROW_STRIDE, BLOCK: tl.constexpr, PDL: tl.constexpr):
+def _reply(HOST_OUT, ROWS, pos, token, CLOCK, CLOCKED: tl.constexpr):
+    # The step's token and device time (from the stamp its first kernel left in CLOCK), stored
+    # straight into the pinned host row the host reads for this position: a copy after the
+    # step cost the synchronous step 14-35 us more (docs/PERF.md, session 23).
+    row = HOST_OUT + (pos % ROWS) * 2
+    tl.store(row, token)
+    if CLOCKED:
+        tl.store(row + 1, _now(token.to(tl.int32)) - tl.load(CLOCK))
+
+
+@triton.jit
+def _greedy_finish_kernel(PACKED, TOKEN, POS, CLOCK, HOST_OUT, ROWS, REPLY: tl.constexpr,
+                          CLOCKED: tl.constexpr, PDL: tl.constexpr):
+    _grid_sync(PDL)
+    packed = tl.load(PACKED)
+    token = 0xFFFFFFFF - (packed & 0xFFFFFFFF)
+    pos = tl.load(POS)
+    tl.store(TOKEN, token)
+    tl.store(POS, pos + 1)
+    tl.store(PACKED, -2 ** 63)   # ready for the next step's head: no fill kernel before it
+    if REPLY:
+        _reply(HOST_OUT, ROWS, pos, token, CLOCK, CLOCKED)
+
+
+@triton.jit
+def _step_end_kernel(TOKEN, POS, CLOCK, HOST_OUT, ROWS, CLOCKED: tl.constexpr,
+                     PDL: tl.constexpr):
+    _grid_sync(PDL)
+    _reply(HOST_OUT, ROWS, tl.load(POS), tl.load(TOKEN), CLOCK, CLOCKED)
+
+
+@triton.jit
+def _embed_kernel(TABLE, TOKEN, X, H, ROW_STRIDE, CLOCK, BLOCK: tl.constexpr,
+                  CLOCKED: tl.constexpr, PDL: tl.constexpr):
     _grid_sync(PDL)   # the token is the previous kernel's (or step's) result
+    if CLOCKED:   # the step starts here, once the one before it has ended
+        if tl.program_id(0) == 0:
+            tl.store(CLOCK, _now(tl.program_id(0)))
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     row = TABLE + tl.load(TOKEN) * ROW_STRIDE
     tl.store(X + cols, tl.load(row + cols, mask=cols < H).to(tl.float32), mask=cols < H)
@@ -819,24 +856,60 @@ def argmax_slot(device: torch.device) -> torch.Tensor:
     return torch.full((1,), -2 ** 63, device=device, dtype=torch.int64)
 
 
+def step_clock(device: torch.device) -> torch.Tensor:
+    """Return the slot where embed stamps a step's start (ns) for its last kernel to read."""
+    return torch.zeros(1, device=device, dtype=torch.int64)
+
+
+def _clocked(clock: Optional[torch.Tensor]) -> bool:
+    # The interpreter has no clock to read: its steps are not timed by their kernels.
+    return clock is not None and not INTERPRET
+
+
 def greedy_head(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, eps: float,
                 logits: torch.Tensor, token: torch.Tensor, pos: torch.Tensor,
-                packed: torch.Tensor, config: KernelConfig = DEFAULT_CONFIG) -> None:
-    """Write the logits, their argmax into token, advance pos: the greedy step's end."""
-    # packed is an argmax_slot that the caller keeps: the step leaves it ready for the next.
+                packed: torch.Tensor, config: KernelConfig = DEFAULT_CONFIG,
+                clock: Optional[torch.Tensor] = None,
+                host_out: Optional[torch.Tensor] = None) -> None:
+    """
+    Write the logits, their argmax into token, advance pos: the greedy step's end.
+
+    packed is an argmax_slot that the caller keeps: the step leaves it ready for the next. With
+    host_out (int64 [rows, 2], pinned), the token also goes to row pos % rows, and with a clock
+    that embed stamped, the step's device time (ns) beside it.
+    """
     _matvec(w, x, logits, norm_w, None, eps, 'rms_matvec', config, argmax=packed)
-    _greedy_finish_kernel[(1,)](packed, token, pos, num_warps=1, **_pdl(x.device))
+    reply, clocked = host_out is not None, _clocked(clock)
+    _greedy_finish_kernel[(1,)](packed, token, pos, clock if clocked else packed,
+                                host_out if reply else packed,
+                                host_out.shape[0] if reply else 1, REPLY=reply,
+                                CLOCKED=reply and clocked, num_warps=1, **_pdl(x.device))
 
 
-def embed(table: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
-    """Return table's row for token [1] (on the device) as float32 [H]: the step's residual."""
+def step_end(token: torch.Tensor, pos: torch.Tensor, host_out: torch.Tensor,
+             clock: Optional[torch.Tensor] = None) -> None:
+    """Write token, and the ns since embed stamped clock, into host_out's row pos % rows."""
+    clocked = _clocked(clock)
+    _step_end_kernel[(1,)](token, pos, clock if clocked else token, host_out,
+                           host_out.shape[0], CLOCKED=clocked, num_warps=1, **_pdl(token.device))
+
+
+def embed(table: torch.Tensor, token: torch.Tensor,
+          clock: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """
+    Return table's row for token [1] (on the device) as float32 [H]: the step's residual.
+
+    With a clock (step_clock), the kernel stamps the step's start into it.
+    """
     h = table.shape[1]
     if table.stride(1) != 1:
         raise ValueError('the embedding kernel reads contiguous rows: pass table.contiguous()')
     x = torch.empty(h, device=table.device, dtype=torch.float32)
     block = 1024
-    _embed_kernel[(triton.cdiv(h, block),)](table, token, x, h, table.stride(0), BLOCK=block,
-                                            num_warps=4, **_pdl(table.device))
+    clocked = _clocked(clock)
+    _embed_kernel[(triton.cdiv(h, block),)](table, token, x, h, table.stride(0),
+                                            clock if clocked else token, BLOCK=block,
+                                            CLOCKED=clocked, num_warps=4, **_pdl(table.device))
     return x
 
 
@@ -903,19 +976,26 @@ class KernelOps:
 
     def __init__(self, config: KernelConfig):
         self.config = config
-        self._argmax_slots = {}   # device -> greedy_head's slot, kept for captured graphs
+        # device -> (greedy_head's argmax slot, the step's clock), kept for captured graphs
+        self._slots = {}
+
+    def _slots_on(self, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+        if device not in self._slots:
+            self._slots[device] = argmax_slot(device), step_clock(device)
+        return self._slots[device]
 
     def embed(self, table, token):
-        return embed(table, token)
+        return embed(table, token, self._slots_on(table.device)[1])
 
     def rms_matvec(self, x, norm_w, w, bias, eps, out=None):
         return rms_matvec(x, norm_w, w, bias, eps, out, self.config)
 
-    def greedy_head(self, x, norm_w, w, eps, logits, token, pos):
-        if x.device not in self._argmax_slots:
-            self._argmax_slots[x.device] = argmax_slot(x.device)
-        greedy_head(x, norm_w, w, eps, logits, token, pos, self._argmax_slots[x.device],
-                    self.config)
+    def greedy_head(self, x, norm_w, w, eps, logits, token, pos, host_out):
+        packed, clock = self._slots_on(x.device)
+        greedy_head(x, norm_w, w, eps, logits, token, pos, packed, self.config, clock, host_out)
+
+    def step_end(self, token, pos, host_out):
+        step_end(token, pos, host_out, self._slots_on(token.device)[1])
 
     def rms_gate_up_silu(self, x, norm_w, w_gate_up, eps):
         return rms_gate_up_silu(x, norm_w, w_gate_up, eps, self.config)

@@ -6,13 +6,13 @@ final norm, the lm_head and the next-token choice) once into a CUDA graph and re
 token and position live in device tensors that the graph itself advances, so a step costs one
 replay and one 8-byte copy of the chosen token back to the host.
 
-On CUDA (graphed or eager) a step is launched without waiting for it: its token is copied into
-a pinned host buffer behind the step and an event marks when it is there, so the generation
-loop can queue step n+1 before it hands token n to its caller and the device never waits for
-the host's publishing. Steps are timed by CUDA events around them (device time of the step);
-a graphed step's start event is the first node of its graph, one graph per token in flight, so
-nothing of the step is queued ahead of its replay (0.006 ms a step faster on the smallest shapes;
-docs/PERF.md, session 21).
+On CUDA (graphed or eager) a step is launched without waiting for it: its last kernel writes
+its token into a pinned host row and an event after it marks when it is there, so the
+generation loop can queue step n+1 before it hands token n to its caller and the device never
+waits for the host's publishing. A step also times itself: its first kernel stamps the GPU's
+clock, and its last writes the nanoseconds since then beside the token. No timing event sits in
+or before the graph and no copy after it; each cost the synchronous step 3-35 us (docs/PERF.md,
+sessions 21 and 23).
 
 Context policy: graphs per sampling mode (greedy, sampled), captured for max_context. The
 attention kernel reads the filled length from the device position, so the graph reads only
@@ -20,7 +20,7 @@ the filled part of the cache at every length: no buckets, no padding to the maxi
 """
 
 from dataclasses import replace
-from typing import Callable, Dict, List, Optional, Sequence, TYPE_CHECKING
+from typing import Callable, Dict, Optional, Sequence, TYPE_CHECKING
 
 import torch
 
@@ -35,14 +35,15 @@ if TYPE_CHECKING:   # kernels imports triton, which only CUDA runs need
 
 
 class _DeviceStep:
-    """A step queued on the device: its token lands in a pinned slot, then its end event."""
+    """A step queued on the device: its token and time land in a pinned row, then its event."""
 
-    def __init__(self, slot: torch.Tensor, start: torch.cuda.Event, end: torch.cuda.Event):
-        self._slot, self._start, self._end = slot, start, end
+    def __init__(self, slot: torch.Tensor, done: torch.cuda.Event):
+        self._slot, self._done = slot, done
 
     def wait(self) -> StepResult:
-        self._end.synchronize()
-        return StepResult(int(self._slot), self._start.elapsed_time(self._end))
+        self._done.synchronize()
+        token, step_ns = self._slot.tolist()
+        return StepResult(token, step_ns / 1e6)
 
 
 class NativeDecoder:
@@ -79,17 +80,16 @@ class NativeDecoder:
         self._started = False
         self._sampling = Sampling()
         self._generator: Optional[torch.Generator] = None
-        self._graphs: Dict[bool, List[torch.cuda.CUDAGraph]] = {}
+        self._graphs: Dict[bool, torch.cuda.CUDAGraph] = {}
         self._pool = None
+        # A step's reply, written by its last kernel: row position % LAUNCHED_AHEAD holds its
+        # token and device time (ns). A launched step's row and event stay intact until
+        # LAUNCHED_AHEAD more are launched, by which time the loop has read them. Pinned on
+        # CUDA, where the device writes it.
+        self._host_out = torch.zeros(LAUNCHED_AHEAD, 2, dtype=torch.long,
+                                     pin_memory=device.type == 'cuda')
         if device.type == 'cuda':
-            # One of each per unread step: a launched step's token and events stay intact until
-            # LAUNCHED_AHEAD more are launched, by which time the loop has read them.
-            self._token_slots = torch.zeros(LAUNCHED_AHEAD, dtype=torch.long, pin_memory=True)
-            # external: a start event recorded inside a graph's capture becomes its node.
-            self._events = [(torch.cuda.Event(enable_timing=True, external=True),
-                             torch.cuda.Event(enable_timing=True))
-                            for _ in range(LAUNCHED_AHEAD)]
-            self._launches = 0
+            self._done = [torch.cuda.Event() for _ in range(LAUNCHED_AHEAD)]
             self._warm_up()
 
     @property
@@ -103,10 +103,12 @@ class NativeDecoder:
         x = decode_layers(w, self.cache, self.token, self.pos, self.cos, self.sin, self.ops)
         eps = w.config.rms_norm_eps
         if greedy:
-            self.ops.greedy_head(x, w.norm, w.lm_head, eps, self.logits, self.token, self.pos)
+            self.ops.greedy_head(x, w.norm, w.lm_head, eps, self.logits, self.token, self.pos,
+                                 self._host_out)
             return
         self.ops.rms_matvec(x, w.norm, w.lm_head, None, eps, out=self.logits)
         self.token.copy_(sample(self.logits, self.temperature, self.top_p, race=self.race))
+        self.ops.step_end(self.token, self.pos, self._host_out)
         self.pos.add_(1)
 
     def _warm_up(self) -> None:
@@ -126,11 +128,10 @@ class NativeDecoder:
             self.info = replace(self.info, backend='eager', note=note)
             self._body(greedy=True)
 
-    def _graph(self, greedy: bool) -> List[torch.cuda.CUDAGraph]:
-        # One graph per token slot, each starting with its slot's start event.
-        graphs = self._graphs.get(greedy)
-        if graphs is not None:
-            return graphs
+    def _graph(self, greedy: bool) -> torch.cuda.CUDAGraph:
+        graph = self._graphs.get(greedy)
+        if graph is not None:
+            return graph
         saved = self.token.clone(), self.pos.clone()
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
@@ -138,20 +139,15 @@ class NativeDecoder:
             for _ in range(2):  # compile kernels and settle the allocator outside the capture
                 self._body(greedy)
         torch.cuda.current_stream(self.device).wait_stream(stream)
-        graphs = []
-        for start, _ in self._events:
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool):
-                start.record()
-                self._body(greedy)
-            self._pool = graph.pool()
-            graphs.append(graph)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            self._body(greedy)
+        self._pool = graph.pool()
         self.token.copy_(saved[0])
         self.pos.copy_(saved[1])
-        self._graphs[greedy] = graphs
-        self.log(f'captured the {"greedy" if greedy else "sampling"} decode step in CUDA graphs, '
-                 f'one per token in flight ({len(graphs)})')
-        return graphs
+        self._graphs[greedy] = graph
+        self.log(f'captured the {"greedy" if greedy else "sampling"} decode step in a CUDA graph')
+        return graph
 
     @torch.inference_mode()
     def prefill(self, token_ids: Sequence[int], sampling: Sampling) -> int:
@@ -184,16 +180,11 @@ class NativeDecoder:
         if self.device.type != 'cuda':
             return DeferredStep(self._run_step)   # a CPU computes as it launches
         check_room(self._position, self.info.max_context)
-        index = self._launches % LAUNCHED_AHEAD
-        self._launches += 1
-        start, end = self._events[index]
-        slot = self._token_slots[index:index + 1]
-        if not self.graphed:
-            start.record()   # a graph records its own
-        self._enqueue_step(index)
-        slot.copy_(self.token, non_blocking=True)
-        end.record()
-        return _DeviceStep(slot, start, end)
+        index = self._position % LAUNCHED_AHEAD   # the row the step's kernels write
+        self._enqueue_step()
+        done = self._done[index]
+        done.record()
+        return _DeviceStep(self._host_out[index], done)
 
     def _need_prefill(self) -> None:
         if not self._started:
@@ -201,16 +192,16 @@ class NativeDecoder:
 
     def _run_step(self) -> int:
         check_room(self._position, self.info.max_context)
-        self._enqueue_step(0)
+        self._enqueue_step()
         return int(self.token)
 
-    def _enqueue_step(self, index: int) -> None:
+    def _enqueue_step(self) -> None:
         greedy = self._sampling.greedy
         if not greedy:
             # The request's noise, drawn outside the graph so its seed holds (one launch).
             self.race.exponential_(generator=self._generator)
         if self.graphed:
-            self._graph(greedy)[index].replay()
+            self._graph(greedy).replay()
         else:
             self._body(greedy)
         self._position += 1

@@ -28,11 +28,23 @@ def rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor,
 
 
 def greedy_head(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, eps: float,
-                logits: torch.Tensor, token: torch.Tensor, pos: torch.Tensor) -> None:
-    """Write the logits, their argmax into token, and advance pos: the greedy step's end."""
+                logits: torch.Tensor, token: torch.Tensor, pos: torch.Tensor,
+                host_out: torch.Tensor) -> None:
+    """Write the logits, their argmax into token and host_out's row pos % rows; advance pos."""
     rms_matvec(x, norm_w, w, None, eps, out=logits)
     torch.argmax(logits, dim=0, keepdim=True, out=token)
+    step_end(token, pos, host_out)
     pos.add_(1)
+
+
+def step_end(token: torch.Tensor, pos: torch.Tensor, host_out: torch.Tensor) -> None:
+    """
+    Write token into host_out's row pos % rows: a step's reply to the host.
+
+    The kernels also write the step's device time beside it; steps on these ops are timed on
+    the host (a CPU computes as it launches), so that column is left as it is.
+    """
+    host_out[int(pos) % host_out.shape[0], 0] = token[0]
 
 
 def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up: torch.Tensor,

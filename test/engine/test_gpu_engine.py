@@ -248,9 +248,9 @@ def test_overlapped_loop_gives_the_step_by_step_tokens(sampling):
 
 
 def test_each_graphed_step_reports_its_own_device_time():
-    # A graphed step's start event is its graph's first node, one graph per token in flight:
-    # a node shared by two steps in flight would give the later step's start, and the earlier
-    # step a time near zero or below it.
+    # A step times itself: its first kernel stamps the GPU's clock into one slot, its last
+    # writes the time since then beside the token. Two steps in flight share that slot, so a
+    # step that read the next one's stamp would report a time near zero or below it.
     engine = load('embedded', backend='graphed', device='cuda')
     decoder = engine.decoder
     decoder.prefill(engine.encode('Write one sentence about a robot.'), Sampling())

@@ -171,6 +171,17 @@ def test_greedy_head_takes_the_argmax_in_the_gemv(dtype):
     assert rel(logits, ops_torch.rms_matvec(x, g, w, None, 1e-5)) < TOL[dtype]
     assert token.item() == torch.argmax(logits).item()
     assert pos.item() == 42
+    # With a host row per position in flight, the token also goes to the row of its position
+    # (41 % 2 before this step advanced it), as the torch twin writes it.
+    host_out, expected = (torch.zeros(2, 2, dtype=torch.long, pin_memory=DEVICE.type == 'cuda')
+                          for _ in range(2))
+    pos.fill_(41)
+    kernels.greedy_head(x, g, w, 1e-5, logits, token, pos, slot, host_out=host_out)
+    if DEVICE.type == 'cuda':   # the row is host memory: read once the step is done
+        torch.cuda.synchronize()
+    ops_torch.step_end(token, pos - 1, expected)
+    assert host_out[1, 0].item() == token.item() and host_out[0, 0].item() == 0
+    assert torch.equal(host_out[:, 0], expected[:, 0]) and pos.item() == 42
     # A tie: a later row equal to the best one; the lower index wins, as with torch.argmax.
     best = torch.argmax(logits).item()
     w[999 if best < 999 else 0] = w[best]
@@ -192,6 +203,39 @@ def test_the_embedding_kernel_gives_the_tokens_row_as_float32():
     assert torch.equal(out, table[37].float())
     with pytest.raises(ValueError, match='contiguous'):
         kernels.embed(table.t(), token)
+
+
+@pytest.mark.gpu
+def test_a_step_timed_by_its_kernels_spans_what_runs_between_them():
+    # embed stamps the step's start; the last kernel (step_end, greedy_head's finish) writes
+    # the token and the ns since then into the pinned host row of the position: at least a
+    # spin queued between them, at most the events that bracket everything. The two clocks
+    # differ (the GPU's timer, the events' timestamps), so each bound allows 2 us, about four
+    # of the events' half-microsecond resolution.
+    table, token = rand(50, 256, dtype=torch.bfloat16), torch.tensor([3], device=DEVICE)
+    x, g, w = rand(256), rand(256, dtype=torch.bfloat16), rand(1000, 256, dtype=torch.bfloat16)
+    clock, logits = kernels.step_clock(DEVICE), torch.empty(1000, device=DEVICE)
+    pos = torch.tensor([5], dtype=torch.int32, device=DEVICE)
+    host_out = torch.zeros(2, 2, dtype=torch.long, pin_memory=True)
+    for end in ('step_end', 'greedy_head'):
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        events[0].record()
+        kernels.embed(table, token, clock)
+        events[1].record()
+        torch.cuda._sleep(1_000_000)   # about 0.5 ms
+        events[2].record()
+        row = pos.item() % 2
+        if end == 'step_end':
+            kernels.step_end(token, pos, host_out, clock)
+        else:
+            kernels.greedy_head(x, g, w, 1e-5, logits, token, pos, kernels.argmax_slot(DEVICE),
+                                clock=clock, host_out=host_out)
+        events[3].record()
+        events[3].synchronize()   # the host reads the row once the event after the step is done
+        spin_ms, whole_ms = events[1].elapsed_time(events[2]), events[0].elapsed_time(events[3])
+        assert host_out[row, 0].item() == token.item()
+        assert spin_ms - 0.002 <= host_out[row, 1].item() / 1e6 <= whole_ms + 0.002, (
+            end, spin_ms, whole_ms)
 
 
 def test_an_ab_builds_one_configuration_per_arm():

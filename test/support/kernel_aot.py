@@ -62,10 +62,16 @@ def variants():
     out.append((kernels._attn_reduce_kernel,
                 {'MAXS': F32, 'SUMS': F32, 'ACCS': F32, 'OUT': F32, 'group': 'i32'},
                 {k: attention[k] for k in ('D', 'GROUP_P', 'SPLITS', 'PDL')}))
+    # The step's first and last kernels, with the clock they time the step by.
+    reply = {'CLOCK': '*i64', 'HOST_OUT': '*i64', 'ROWS': 'i32'}
     out.append((kernels._greedy_finish_kernel, {'PACKED': '*i64', 'TOKEN': '*i64',
-                                                'POS': '*i32'}, {'PDL': True}))
+                                                'POS': '*i32', **reply},
+                {'REPLY': True, 'CLOCKED': True, 'PDL': True}))
+    out.append((kernels._step_end_kernel, {'TOKEN': '*i64', 'POS': '*i32', **reply},
+                {'CLOCKED': True, 'PDL': True}))
     out.append((kernels._embed_kernel, {'TABLE': BF, 'TOKEN': '*i64', 'X': F32, 'H': 'i32',
-                                        'ROW_STRIDE': 'i32'}, {'BLOCK': 1024, 'PDL': True}))
+                                        'ROW_STRIDE': 'i32', 'CLOCK': '*i64'},
+                {'BLOCK': 1024, 'CLOCKED': True, 'PDL': True}))
     return out
 
 
