@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 H200 = ROOT / 'benchmarks' / 'results' / 'h200'
 NUMBER = re.compile(r'[-+]?\d+(?:\.\d+)?')
-# Our graphed 4-bit 8B as published: the protocol at session 22's package.
+# Our graphed 4-bit 8B as published: the protocol at session 23's package.
 GPTQ_GRAPHED = 'gptq_graphed.json'
 
 

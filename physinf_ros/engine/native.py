@@ -4,7 +4,7 @@ Backends `eager` and `graphed`: our own forward (llama.py) with a static KV cach
 `eager` launches the decode step op by op. `graphed` captures the whole step (every layer, the
 final norm, the lm_head and the next-token choice) once into a CUDA graph and replays it: the
 token and position live in device tensors that the graph itself advances, so a step costs one
-replay and one 8-byte copy of the chosen token back to the host.
+replay, whose last kernel writes the chosen token into pinned host memory.
 
 On CUDA (graphed or eager) a step is launched without waiting for it: its last kernel writes
 its token into a pinned host row and an event after it marks when it is there, so the

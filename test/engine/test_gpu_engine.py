@@ -241,7 +241,8 @@ def test_overlapped_loop_gives_the_step_by_step_tokens(sampling):
     assert cancelled.finish_reason == 'cancelled' and cancelled.token_ids == expected[:5]
     overlapped = run()
     assert overlapped.token_ids == expected
-    # Device time of each step from CUDA events: positive, and the graphed 135M step is short.
+    # Device time of each step from its kernels' clock: positive, and the graphed 135M step is
+    # short.
     assert all(0.0 < ms < 50.0 for ms in overlapped.step_ms)
     print(f'overlapped loop, {sampling}: {len(expected)} tokens, step median '
           f'{statistics.median(overlapped.step_ms):.4f} ms')

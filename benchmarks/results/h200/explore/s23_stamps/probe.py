@@ -64,8 +64,8 @@ def main(ctx: int, archs) -> None:
             times['two ahead'].append((time.perf_counter() - start) * 1000.0 / STEPS)
             queue.pop(0).wait()
         gc.enable()
-        print(f'{arch} ctx {ctx}: ' + ', '.join(f'{name} {statistics.median(v):.4f}'
-                                               for name, v in times.items()) + ' ms', flush=True)
+        cells = [f'{name} {statistics.median(v):.4f}' for name, v in times.items()]
+        print(f'{arch} ctx {ctx}: ' + ', '.join(cells) + ' ms', flush=True)
         engine.close()
 
 
