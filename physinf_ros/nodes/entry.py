@@ -10,12 +10,16 @@ running, C++ initialisers included: interrupts in that time were seen to fail rc
 needs closing. From then on both raise KeyboardInterrupt in the main thread (take_signals), and
 the node ends its requests and says so. While the main thread is in an executor's spin_once
 (spin_once below) the signal is held until it returns: raised inside rclpy's executor, the
-exception would unwind through code not written for it (RELIABILITY.md, Cancellation).
+exception would unwind through code not written for it (RELIABILITY.md, Cancellation). Every
+signal is also noted: Python drops an exception raised while the main thread runs a finalizer
+(a garbage collection during the model load once swallowed one, and the node served on), so
+the next spin_once raises it, and Python's report of the dropped one is not printed.
 """
 
 import importlib
 import os
 import signal
+import sys
 
 
 def exit_while_starting(name: str) -> None:
@@ -32,33 +36,45 @@ def exit_while_starting(name: str) -> None:
 
 class _Held:
     spinning = False   # the main thread is in spin_once: note a signal, do not raise it
-    pending = False    # a signal came while spinning
+    pending = False    # a signal came: every later spin_once raises KeyboardInterrupt
 
 
 def take_signals() -> None:
     """Make SIGINT and SIGTERM raise KeyboardInterrupt in the main thread (held in spin_once)."""
     # Python leaves SIGINT ignored when the parent ignored it (a background job, nohup):
     # Ctrl-C and launch's SIGINT must stop the node all the same, so both are set here.
+    _Held.pending = False
+    sys.unraisablehook = _unraisable
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
 
 
+def _unraisable(unraisable) -> None:
+    # A signal's KeyboardInterrupt dropped in a finalizer is no error to print: it was noted,
+    # and the next spin_once raises it. Anything else is reported as Python reports it.
+    if unraisable.exc_type is KeyboardInterrupt and _Held.pending:
+        return
+    sys.__unraisablehook__(unraisable)
+
+
 def _interrupt(signum, frame):
-    if _Held.spinning:
-        _Held.pending = True
-    else:
+    # Noted before it is raised: raised inside a finalizer (__del__, a weakref callback), the
+    # KeyboardInterrupt is printed and dropped, and the process would go on.
+    _Held.pending = True
+    if not _Held.spinning:
         raise KeyboardInterrupt
 
 
 def spin_once(executor, timeout_sec: float) -> None:
-    """executor.spin_once, then KeyboardInterrupt if SIGINT or SIGTERM came meanwhile."""
+    """executor.spin_once, raising KeyboardInterrupt before or after it once a signal came."""
+    if _Held.pending:   # its exception was dropped (or caught) on the way: stop all the same
+        raise KeyboardInterrupt
     _Held.spinning = True
     try:
         executor.spin_once(timeout_sec=timeout_sec)
     finally:
         _Held.spinning = False
     if _Held.pending:
-        _Held.pending = False
         raise KeyboardInterrupt
 
 
