@@ -52,7 +52,7 @@ class Executor:
 
 
 @pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_while_spinning_is_raised_once_spin_once_returns(taken, signum):
+def test_a_signal_while_spinning_is_raised_when_spin_once_returns_and_after(taken, signum):
     executor = Executor(signum)
     with pytest.raises(KeyboardInterrupt):
         entry.spin_once(executor, 0.1)

@@ -4,18 +4,4 @@
 # the tree's decoder against HEAD's package (8806e11, its physinf_ros/ and config/ in
 # .carry/pkg_base/) taking turns in one process (s21_start/inproc.py, 10 pairs a cell): the
 # robot shapes at ctx 2048, the 8B at 2048 and 16384.
-set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-cd "$here/../../../../.."
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader > "$OUT/gpu.txt"
-timeout 120 python3 -m pytest -q -p no:cacheprovider test/engine/test_kernels.py \
-  > "$OUT/run3_kernel_tests.log" 2>&1
-tail -n 3 "$OUT/run3_kernel_tests.log"
-base=$PWD/.carry/pkg_base
-inproc=benchmarks/results/h200/explore/s21_start/inproc.py
-timeout 220 python3 $inproc "$base" 2048 llama-3.2-1b qwen2.5-1.5b llama-3.2-3b \
-  > "$OUT/run3_inproc_robots.log" 2>&1
-grep -v -i warn "$OUT/run3_inproc_robots.log" | grep -v "by step"
-timeout 240 python3 $inproc "$base" 2048,16384 llama-3.1-8b > "$OUT/run3_inproc_8b.log" 2>&1
-grep -v -i warn "$OUT/run3_inproc_8b.log" | grep -v "by step"
+exec bash "$(dirname "$0")/run1.sh" run3

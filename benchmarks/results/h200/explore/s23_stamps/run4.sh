@@ -2,11 +2,4 @@
 # Session 23, run 4: run 2's split at v27, where the copy is gone (probe.py: the protocol's
 # step, the same replay and event with the token not read, two steps in flight, and the
 # kernels' own step_ms), the robot shapes and the 8B at ctx 2048.
-set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-cd "$here/../../../../.."
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader > "$OUT/gpu.txt"
-timeout 300 python3 benchmarks/results/h200/explore/s23_stamps/probe.py 2048 \
-  llama-3.2-1b qwen2.5-1.5b llama-3.2-3b llama-3.1-8b > "$OUT/run4_probe.log" 2>&1
-grep -v -i warn "$OUT/run4_probe.log"
+exec bash "$(dirname "$0")/run2.sh" run4
