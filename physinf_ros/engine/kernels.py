@@ -36,6 +36,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from .gptq import PackedLinear
+from .llama import gate_up_block
 
 INTERPRET = os.environ.get('TRITON_INTERPRET') == '1'
 _PDL = {}   # device index -> launch with PDL (Hopper and later, never in the interpreter)
@@ -399,12 +400,15 @@ def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
 
 
 @triton.jit
-def _gate_up_kernel(W, X, Y, NORM, N, K, eps, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    EVEN: tl.constexpr, STREAM: tl.constexpr, PDL: tl.constexpr):
+def _gate_up_kernel(W, X, Y, NORM, N, K, eps, ROW_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_K: tl.constexpr, EVEN: tl.constexpr, STREAM: tl.constexpr,
+                    PDL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
-    gate_rows = W + rows.to(tl.int64)[:, None] * K
-    up_rows = gate_rows + N * K
+    # llama.fuse_gate_up's layout: ROW_BLOCK gate rows, then the same up rows.
+    gate_index = (rows // ROW_BLOCK) * 2 * ROW_BLOCK + rows % ROW_BLOCK
+    gate_rows = W + gate_index.to(tl.int64)[:, None] * K
+    up_rows = gate_rows + ROW_BLOCK * K
     gate_next = _tile(gate_rows, row_mask, 0, K, BLOCK_K, EVEN, STREAM)
     up_next = _tile(up_rows, row_mask, 0, K, BLOCK_K, EVEN, STREAM)
     _grid_sync(PDL)
@@ -915,7 +919,7 @@ def embed(table: torch.Tensor, token: torch.Tensor,
 
 def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up, eps: float,
                      config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
-    """Return silu(gate) * up for [gate; up] = w_gate_up @ rms_norm(x), float32 [I]."""
+    """Return silu(gate) * up for gate, up = w_gate_up @ rms_norm(x), float32 [I]."""
     n2, k = w_gate_up.shape
     n = n2 // 2
     y = torch.empty(n, device=x.device, dtype=torch.float32)
@@ -924,9 +928,9 @@ def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up, eps: floa
         return y
     cfg = config.gemv('gate_up', n, k)
     _gate_up_kernel[(triton.cdiv(n, cfg.block_n),)](
-        w_gate_up, x, y, norm_w, n, k, eps, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        EVEN=_even(n, k, cfg), STREAM=config.stream(), num_warps=cfg.num_warps,
-        **_pdl(x.device))
+        w_gate_up, x, y, norm_w, n, k, eps, ROW_BLOCK=gate_up_block(n), BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k, EVEN=_even(n, k, cfg), STREAM=config.stream(),
+        num_warps=cfg.num_warps, **_pdl(x.device))
     return y
 
 

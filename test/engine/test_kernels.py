@@ -1,8 +1,9 @@
 """The Triton kernels against ops_torch: on a GPU natively, elsewhere in Triton's interpreter."""
 
 from physinf_ros.engine import kernels, ops_torch
-from physinf_ros.engine.llama import (decode_one_token, from_state_dict, KVCache, ModelConfig,
-                                      prefill, rope_tables, synthetic_state_dict)
+from physinf_ros.engine.llama import (decode_one_token, from_state_dict, fuse_gate_up,
+                                      gate_up_block, KVCache, ModelConfig, prefill, rms_norm,
+                                      rope_tables, synthetic_state_dict)
 import pytest
 from tiny_models import tiny_config
 import torch
@@ -34,10 +35,25 @@ def test_rms_matvec(dtype, n, k):
 
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
-def test_rms_gate_up_silu(dtype):
-    x, g, w = rand(200), rand(200, dtype=dtype), rand(2 * 72, 200, dtype=dtype, scale=0.1)
+@pytest.mark.parametrize('i', [72, 36, 35])   # gate/up blocks of 8, 4 and 1 rows
+def test_rms_gate_up_silu(dtype, i):
+    x, g, w = rand(200), rand(200, dtype=dtype), rand(2 * i, 200, dtype=dtype, scale=0.1)
     out = kernels.rms_gate_up_silu(x, g, w, 1e-5)
     assert rel(out, ops_torch.rms_gate_up_silu(x, g, w, 1e-5)) < TOL[dtype]
+
+
+@pytest.mark.parametrize('i, block', [(72, 8), (36, 4), (35, 1)])
+def test_gate_up_layout_keeps_gate_and_up_apart(i, block):
+    # Both ops read fuse_gate_up's blocks as gate and up: a swapped or shifted row would give
+    # an error of order one (the inputs are float32, so the ops agree to float32 sums).
+    x, g, gate, up = rand(200), rand(200), rand(i, 200, scale=0.1), rand(i, 200, scale=0.1)
+    assert gate_up_block(i) == block
+    normed = rms_norm(x, g, 1e-5)
+    expected = torch.nn.functional.silu(gate @ normed) * (up @ normed)
+    w = fuse_gate_up(gate, up)
+    assert torch.equal(w[block:2 * block], up[:block])
+    for ops in (kernels, ops_torch):
+        assert rel(ops.rms_gate_up_silu(x, g, w, 1e-5), expected) < 1e-5
 
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])

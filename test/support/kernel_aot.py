@@ -38,8 +38,8 @@ def variants():
             out.append((kernels._matvec_kernel, GEMV, consts))
         out.append((kernels._gate_up_kernel, {k: GEMV[k] for k in ('W', 'X', 'Y', 'NORM', 'N',
                                                                    'K', 'eps')},
-                    {'BLOCK_N': 4, 'BLOCK_K': 512, 'EVEN': even, 'STREAM': 'evict_first',
-                     'PDL': True}))
+                    {'ROW_BLOCK': 8, 'BLOCK_N': 4, 'BLOCK_K': 512, 'EVEN': even,
+                     'STREAM': 'evict_first', 'PDL': True}))
     q4 = {'QW': '*i32', 'S': '*fp16', 'Z': '*u8', 'X': F32, 'Y': F32, 'NORM': BF, 'BIAS': BF,
           'N': 'i32', 'K': 'i32', 'N_ALL': 'i32', 'eps': 'fp32', 'MAGIC': 'i32'}
     for even in (True, False):
