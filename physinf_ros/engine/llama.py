@@ -138,14 +138,16 @@ def fuse_gate_up(gate: Linear, up: Linear) -> Linear:
     return torch.stack([gate.view(i // b, b, h), up.view(i // b, b, h)], dim=1).view(2 * i, h)
 
 
-def gate_up_split(y: torch.Tensor, w_gate_up: Linear) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Return (gate, up), each [..., I], of y = x @ w_gate_up.T [..., 2 I]."""
+def silu_gate_up(y: torch.Tensor, w_gate_up: Linear) -> torch.Tensor:
+    """Return silu(gate) * up [..., I] in y's dtype, for y = x @ w_gate_up.T [..., 2 I]."""
     if isinstance(w_gate_up, PackedLinear):
-        return y.chunk(2, dim=-1)
+        gate, up = y.chunk(2, dim=-1)
+        return F.silu(gate) * up
     i = y.shape[-1] // 2
     b = gate_up_block(i)
+    # The product of the blocks' views is contiguous: neither half is copied out first.
     blocks = y.unflatten(-1, (i // b, 2, b))
-    return blocks[..., 0, :].flatten(-2), blocks[..., 1, :].flatten(-2)
+    return (F.silu(blocks[..., 0, :]) * blocks[..., 1, :]).flatten(-2)
 
 
 def from_state_dict(config: ModelConfig, state: Dict[str, torch.Tensor],
@@ -363,9 +365,9 @@ def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tens
             q.transpose(0, 1)[None], cache.k[i, :, :n].repeat_interleave(group, 0)[None],
             cache.v[i, :, :n].repeat_interleave(group, 0)[None], is_causal=True)[0]
         x = x + F.linear(attn.transpose(0, 1).reshape(n, c.q_size), dense(layer.wo)).float()
-        gate, up = gate_up_split(F.linear(rms_norm(x, layer.mlp_norm, c.rms_norm_eps),
-                                          dense(layer.w_gate_up)), layer.w_gate_up)
-        x = x + F.linear(F.silu(gate) * up, dense(layer.w_down)).float()
+        h = silu_gate_up(F.linear(rms_norm(x, layer.mlp_norm, c.rms_norm_eps),
+                                  dense(layer.w_gate_up)), layer.w_gate_up)
+        x = x + F.linear(h, dense(layer.w_down)).float()
     hidden = rms_norm(x[-1:] if last_only else x, w.norm, c.rms_norm_eps)
     return F.linear(hidden, w.lm_head).float()
 

@@ -11,7 +11,7 @@ from typing import Optional
 import torch
 
 from .gptq import dense
-from .llama import gate_up_split, rms_norm
+from .llama import rms_norm, silu_gate_up
 
 
 def embed(table: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
@@ -50,9 +50,8 @@ def step_end(token: torch.Tensor, pos: torch.Tensor, host_out: torch.Tensor) -> 
 def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up: torch.Tensor,
                      eps: float) -> torch.Tensor:
     """Return silu(gate) * up for gate, up = w_gate_up @ rms_norm(x), float32 [I]."""
-    gate, up = gate_up_split(
-        torch.nn.functional.linear(rms_norm(x, norm_w, eps), dense(w_gate_up)), w_gate_up)
-    return (torch.nn.functional.silu(gate) * up).float()
+    y = torch.nn.functional.linear(rms_norm(x, norm_w, eps), dense(w_gate_up))
+    return silu_gate_up(y, w_gate_up).float()
 
 
 def matvec_add(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor) -> None:
