@@ -40,10 +40,14 @@ SPLIT_MARKS = [
       '.to(DOT)\n'), 3, 8),
     ("            tl.debug_barrier()   # the stores are visible to the whole program's later "
      'loads\n', 4, 12),
-    ('                                tl.zeros([GROUP_P, D], dtype=tl.float32), scale, DOT, '
-     'PRECISION)\n', 5, 8),
-    ('            m_i, l_i, acc = _attend(q, k, v, t_mask, m_i, l_i, acc, scale, DOT, '
-     'PRECISION)\n', 6, 8)]
+    (('                                tl.zeros([GROUP_P, D], dtype=tl.float32), scale, DOT, '
+      'PRECISION)\n',   # before session 25
+      '        m_i, l_i, acc = _attend(q, k_first, v_first, t < end, m_i, l_i, acc, scale, DOT,\n'
+      '                                PRECISION)\n'), 5, 8),
+    (('            m_i, l_i, acc = _attend(q, k, v, t_mask, m_i, l_i, acc, scale, DOT, '
+      'PRECISION)\n',   # before session 25
+      '            m_i, l_i, acc = _attend(q, k, v, t < end, m_i, l_i, acc, scale, DOT, '
+      'PRECISION)\n'), 6, 8)]
 # With LANDED=1, mark 7 (after mark 3) waits for the first tile's keys and values to arrive
 # (a max over them feeds the timer read): when the tile loaded before the wait has landed.
 LANDED = ('        _mark_after(STAMPS, STAMP_BASE, 7, (tl.max(k_first.to(tl.float32) + '
