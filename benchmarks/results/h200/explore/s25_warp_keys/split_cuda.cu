@@ -5,6 +5,9 @@
 // memory and the block writes its partial (max, sum, accumulator) where the package's Triton
 // reduce kernel reads it: kernels._attn_reduce_kernel merges the splits, as after the Triton
 // split kernel. Not in the package.
+// v30b (after run 7, which ran v30 at 4203af2): RoPE's cos and sin and the zero query rows before
+// the wait, and after it every read of qkv issued at once into registers (v30 read each query
+// element's pair in a loop, up to 8 round trips to L2 in turn, and cos and sin after the wait).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -92,19 +95,19 @@ struct Shared {
   T v[STAGES][WARPS][SLICE][D + PAD];
   T q[16][D + PAD];                     // the group's rotated queries, rows past it zero
   T k_new[D], v_new[D];
+  float cos_pos[D / 2], sin_pos[D / 2];   // RoPE's tables at pos
   float warp_m[WARPS][MAX_GROUP], warp_l[WARPS][MAX_GROUP];
   float warp_acc[WARPS][MAX_GROUP][D];
 };
 
-// RoPE (rotate-half pairs d, d + D/2) of element d of the D-vector at x, input rounded to the
+// RoPE (rotate-half pairs d, d + D/2) of element d, x, with its partner, both rounded to the
 // cache dtype first, as kernels._rotated.
 template <int D, typename T>
-__device__ __forceinline__ float rotated(const float* x, int d, const float* cos_row,
-                                         const float* sin_row) {
-  const float a = round_to<T>(x[d]);
-  const float partner = round_to<T>(x[(d + D / 2) % D]);
+__device__ __forceinline__ float rope(float x, float partner, int d, const float* cos_half,
+                                      const float* sin_half) {
   const float sign = d < D / 2 ? -1.f : 1.f;
-  return a * cos_row[d % (D / 2)] + sign * partner * sin_row[d % (D / 2)];
+  return round_to<T>(x) * cos_half[d % (D / 2)]
+         + sign * round_to<T>(partner) * sin_half[d % (D / 2)];
 }
 
 template <int D, typename T, int STAGES>
@@ -143,29 +146,55 @@ split_kernel(const float* __restrict__ qkv, T* __restrict__ k_cache, T* __restri
   };
 #pragma unroll
   for (int tile = 0; tile < STAGES; ++tile) load_slice(tile);
+  // Nothing else before the wait depends on the previous kernel either: RoPE's tables at pos,
+  // and the query rows past the group (zeros, the mma's padding).
+  for (int i = threadIdx.x; i < D / 2; i += THREADS) {
+    s.cos_pos[i] = cos[(size_t)pos * (D / 2) + i];
+    s.sin_pos[i] = sin[(size_t)pos * (D / 2) + i];
+  }
+  for (int i = threadIdx.x + group * D; i < 16 * D; i += THREADS)
+    s.q[i / D][i % D] = to_t<T>(0.f);
   if (pdl) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   }
-  const float* cos_row = cos + (size_t)pos * (D / 2);
-  const float* sin_row = sin + (size_t)pos * (D / 2);
-  for (int i = threadIdx.x; i < 16 * D; i += THREADS) {
-    const int g = i / D, d = i % D;
-    s.q[g][d] = g < group ? to_t<T>(rotated<D, T>(qkv + (size_t)(kv_head * group + g) * D, d,
-                                                   cos_row, sin_row))
-                          : to_t<T>(0.f);
+  // Every read of qkv at once, into registers: the group's query elements and their partners,
+  // and in the split holding pos the new key's and value's (one round trip to L2, not one per
+  // element in turn).
+  static_assert(D <= THREADS, "a thread per element of the new key");
+  constexpr int PER = MAX_GROUP * D / THREADS;
+  const float* q_rows = qkv + (size_t)kv_head * group * D;
+  float x[PER], partner[PER];
+#pragma unroll
+  for (int j = 0; j < PER; ++j) {
+    const int i = threadIdx.x + j * THREADS, d = i % D;
+    const bool mine = i < group * D;
+    x[j] = mine ? q_rows[i] : 0.f;
+    partner[j] = mine ? q_rows[i - d + (d + D / 2) % D] : 0.f;
   }
   const bool holds_pos = tiles > 0 && end == length;
-  if (holds_pos) {
-    for (int d = threadIdx.x; d < D; d += THREADS) {
-      const T k = to_t<T>(rotated<D, T>(qkv + (size_t)(num_heads + kv_head) * D, d, cos_row,
-                                        sin_row));
-      const T v = to_t<T>(qkv[(size_t)(num_heads + kv_heads + kv_head) * D + d]);
-      s.k_new[d] = k;
-      s.v_new[d] = v;
-      k_cache[head_base + (size_t)pos * D + d] = k;
-      v_cache[head_base + (size_t)pos * D + d] = v;
-    }
+  const int dk = threadIdx.x;
+  float k_x = 0.f, k_partner = 0.f, v_x = 0.f;
+  if (holds_pos && dk < D) {
+    const float* k_row = qkv + (size_t)(num_heads + kv_head) * D;
+    k_x = k_row[dk];
+    k_partner = k_row[(dk + D / 2) % D];
+    v_x = qkv[(size_t)(num_heads + kv_heads + kv_head) * D + dk];
+  }
+  __syncthreads();   // the tables in shared memory
+#pragma unroll
+  for (int j = 0; j < PER; ++j) {
+    const int i = threadIdx.x + j * THREADS;
+    if (i < group * D)
+      s.q[i / D][i % D] = to_t<T>(rope<D, T>(x[j], partner[j], i % D, s.cos_pos, s.sin_pos));
+  }
+  if (holds_pos && dk < D) {
+    const T k = to_t<T>(rope<D, T>(k_x, k_partner, dk, s.cos_pos, s.sin_pos));
+    const T v = to_t<T>(v_x);
+    s.k_new[dk] = k;
+    s.v_new[dk] = v;
+    k_cache[head_base + (size_t)pos * D + dk] = k;
+    v_cache[head_base + (size_t)pos * D + dk] = v;
   }
   __syncthreads();
 

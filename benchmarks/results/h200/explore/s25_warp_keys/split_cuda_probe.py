@@ -1,12 +1,14 @@
 """
 Session 25: v30, session 12's v16c split kernel without clusters (split_cuda.cu), in the step.
 
-Builds split_cuda.cu with nvcc, then: (1) its attention (CUDA split, the package's Triton reduce)
-and the package's Triton kernels against ops_torch (float32 arithmetic on the bf16 cache) at
-several positions on the 8B's and the 1B's attention shapes, with the cache rows each writes;
-(2) the step (layers and head, graphed; session 14's timeline.Model and step_ms) with the
-package's kernels and with v30's split, ROUNDS interleaved rounds.
-Usage: split_cuda_probe.py ARCH:CTX[,CTX]... (PYTHONPATH the repository root)
+Builds each CUDA split kernel with nvcc (SOURCES: space-separated NAME=PATH, default
+cuda=split_cuda.cu; run 7 ran this script before SOURCES, its one arm `v30` being split_cuda.cu
+at 4203af2), then: (1) its attention (CUDA split, the package's Triton reduce) and the package's
+Triton kernels against ops_torch (float32 arithmetic on the bf16 cache) at several positions on
+the 8B's and the 1B's attention shapes, with the cache rows each writes; (2) the step (layers and
+head, graphed; session 14's timeline.Model and step_ms) with the package's kernels and with each
+CUDA split, ROUNDS interleaved rounds.
+Usage: [SOURCES=...] split_cuda_probe.py ARCH:CTX[,CTX]... (PYTHONPATH the repository root)
 """
 import ctypes
 import os
@@ -27,17 +29,17 @@ import triton  # noqa: E402
 ROUNDS = 5
 
 
-def build() -> ctypes.CDLL:
+def build(source: str) -> ctypes.CDLL:
     out = os.path.join(tempfile.mkdtemp(), 'split_cuda.so')
     subprocess.run(['nvcc', '-O3', '-std=c++17', '-arch=sm_90a', '-shared', '-Xcompiler',
-                    '-fPIC', os.path.join(HERE, 'split_cuda.cu'), '-o', out], check=True)
+                    '-fPIC', source, '-o', out], check=True)
     lib = ctypes.CDLL(out)
     lib.physinf_split_error.restype = ctypes.c_char_p
     return lib
 
 
 class CudaSplitOps(kernels.KernelOps):
-    """The package's kernels, with v30's CUDA split kernel before the Triton reduce."""
+    """The package's kernels, with a CUDA split kernel before the Triton reduce."""
 
     def __init__(self, config, lib):
         super().__init__(config)
@@ -99,9 +101,12 @@ def check(arch, ops_by_name, dev):
 
 def main():
     dev = torch.device('cuda')
-    lib = build()
     config = kernels.KernelConfig.for_device(dev)
-    arms = {'triton': kernels.KernelOps(config), 'v30': CudaSplitOps(config, lib)}
+    sources = os.environ.get('SOURCES', 'cuda=' + os.path.join(HERE, 'split_cuda.cu'))
+    arms = {'triton': kernels.KernelOps(config)}
+    for arm in sources.split():
+        name, path = arm.split('=')
+        arms[name] = CudaSplitOps(config, build(path))
     for spec in sys.argv[1:]:
         arch, contexts = spec.split(':')
         contexts = [int(c) for c in contexts.split(',')]
