@@ -88,6 +88,25 @@ __device__ __forceinline__ int chunk_of(int length, int splits, int min_chunk) {
   return (chunk + TILE - 1) / TILE * TILE;
 }
 
+#ifdef MARKS
+// Built with -DMARKS (not run yet): per block, thread 0's %globaltimer at the wait's release,
+// the queries in shared memory, its warp's first tile attended, the loop done and the end.
+// Every layer of a step writes them, so a replay leaves the last layer's.
+constexpr int MARK_COUNT = 5, MARK_BLOCKS = 1024;
+__device__ unsigned long long marks[MARK_BLOCKS][MARK_COUNT];
+__device__ __forceinline__ void mark(int at) {
+  if (threadIdx.x == 0) {
+    unsigned long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    const int block = blockIdx.y * gridDim.x + blockIdx.x;
+    if (block < MARK_BLOCKS) marks[block][at] = now;
+  }
+}
+#define MARK(at) mark(at)
+#else
+#define MARK(at)
+#endif
+
 // STAGES tiles in flight per warp.
 template <int D, typename T, int STAGES>
 struct Shared {
@@ -158,6 +177,7 @@ split_kernel(const float* __restrict__ qkv, T* __restrict__ k_cache, T* __restri
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   }
+  MARK(0);
   // Every read of qkv at once, into registers: the group's query elements and their partners,
   // and in the split holding pos the new key's and value's (one round trip to L2, not one per
   // element in turn).
@@ -197,6 +217,7 @@ split_kernel(const float* __restrict__ qkv, T* __restrict__ k_cache, T* __restri
     v_cache[head_base + (size_t)pos * D + dk] = v;
   }
   __syncthreads();
+  MARK(1);
 
   // The queries as mma A fragments, one per 16 dims.
   uint32_t q_frag[D / 16][4];
@@ -273,9 +294,11 @@ split_kernel(const float* __restrict__ qkv, T* __restrict__ k_cache, T* __restri
       mma<T>(acc[n + 1], p_frag, b[2], b[3]);
     }
     __syncwarp();   // the slot is free: the next tile for it goes in flight
+    if (tile == 0) MARK(2);
     load_slice(tile + STAGES);
   }
   wait_copies<0>();
+  MARK(3);
   // The warps' partials: row g = lane / 4 (g < group) of each dims n-tile.
   const float l_row = l_lane + __shfl_xor_sync(0xffffffff, l_lane, 1);
   const float l_quad = l_row + __shfl_xor_sync(0xffffffff, l_row, 2);
@@ -312,6 +335,7 @@ split_kernel(const float* __restrict__ qkv, T* __restrict__ k_cache, T* __restri
       sums[row0 + g] = total;
     }
   }
+  MARK(4);
 }
 
 template <int D, typename T, int STAGES>
@@ -357,6 +381,16 @@ extern "C" int physinf_split(int head_dim, int bf16, const float* qkv, void* k_c
                                         max_context, scale, group, group_p, num_heads, kv_heads,
                                         splits, min_chunk, pdl, st);
   return (int)cudaErrorInvalidValue;
+}
+
+// The marks of the first `blocks` blocks (MARK_COUNT each) into host memory.
+extern "C" int physinf_split_marks(unsigned long long* host, int blocks) {
+#ifdef MARKS
+  return (int)cudaMemcpyFromSymbol(host, marks, sizeof(unsigned long long) * MARK_COUNT *
+                                   min(blocks, MARK_BLOCKS));
+#else
+  return (int)cudaErrorInvalidValue;
+#endif
 }
 
 extern "C" const char* physinf_split_error(int code) {

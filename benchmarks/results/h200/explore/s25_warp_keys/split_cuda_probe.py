@@ -7,8 +7,12 @@ at 4203af2), then: (1) its attention (CUDA split, the package's Triton reduce) a
 Triton kernels against ops_torch (float32 arithmetic on the bf16 cache) at several positions on
 the 8B's and the 1B's attention shapes, with the cache rows each writes; (2) the step (layers and
 head, graphed; session 14's timeline.Model and step_ms) with the package's kernels and with each
-CUDA split, ROUNDS interleaved rounds.
-Usage: [SOURCES=...] split_cuda_probe.py ARCH:CTX[,CTX]... (PYTHONPATH the repository root)
+CUDA split, ROUNDS interleaved rounds. With MARKS=1 (not run yet) the CUDA splits are built with
+-DMARKS and, after each cell's timing, their marks in the last layer of a replayed step are
+printed: medians over the blocks with keys of each mark from the block's release (and the end of
+the blocks without keys).
+Usage: [SOURCES=...] [MARKS=1] split_cuda_probe.py ARCH:CTX[,CTX]... (PYTHONPATH the repository
+root)
 """
 import ctypes
 import os
@@ -27,12 +31,14 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 ROUNDS = 5
+MARKS = os.environ.get('MARKS') == '1'
+MARK_NAMES = ('queries in shared memory', 'first tile attended', 'loop done', 'end')
 
 
 def build(source: str) -> ctypes.CDLL:
     out = os.path.join(tempfile.mkdtemp(), 'split_cuda.so')
     subprocess.run(['nvcc', '-O3', '-std=c++17', '-arch=sm_90a', '-shared', '-Xcompiler',
-                    '-fPIC', source, '-o', out], check=True)
+                    '-fPIC', *(['-DMARKS'] if MARKS else []), source, '-o', out], check=True)
     lib = ctypes.CDLL(out)
     lib.physinf_split_error.restype = ctypes.c_char_p
     return lib
@@ -68,6 +74,26 @@ class CudaSplitOps(kernels.KernelOps):
                                                   GROUP_P=group_p, SPLITS=shape.splits,
                                                   num_warps=4, **kernels._pdl(dev))
         return out.view(-1)
+
+
+def print_marks(name, ops, config, ctx):
+    """Print a CUDA split's marks (the last layer of the step just replayed)."""
+    kv_heads, dim = config.num_kv_heads, config.head_dim
+    shape = ops.config.attention_for(kv_heads, dim)
+    blocks = kv_heads * shape.splits
+    host = (ctypes.c_ulonglong * (5 * blocks))()
+    rc = ops.lib.physinf_split_marks(host, blocks)
+    assert rc == 0, ops.lib.physinf_split_error(rc)
+    marks = torch.tensor(list(host), dtype=torch.float64).view(blocks, 5)
+    chunk = max(-(-ctx // shape.splits), shape.min_chunk)
+    chunk = -(-chunk // 64) * 64
+    keys = torch.tensor([(b % shape.splits) * chunk < ctx for b in range(blocks)])
+    spans = (marks[:, 1:] - marks[:, :1]) / 1e3
+    with_keys = spans[keys].median(dim=0).values.tolist()
+    print(f'  {name} marks, us from release (median of {int(keys.sum())} blocks with keys): '
+          + ', '.join(f'{n} {v:.2f}' for n, v in zip(MARK_NAMES, with_keys))
+          + (f'; blocks without keys end {spans[~keys][:, 3].median().item():.2f}'
+             if (~keys).any() else ''), flush=True)
 
 
 def rel(a, b):
@@ -120,6 +146,10 @@ def main():
             print(f'{arch} ctx {ctx}: ' + '; '.join(
                 f'{name} {statistics.median(t):.3f} ms (' + ' '.join(f'{x:.3f}' for x in t) + ')'
                 for name, t in times.items()), flush=True)
+            for name, ops in arms.items():
+                if MARKS and isinstance(ops, CudaSplitOps):
+                    step_ms(model, ops, ctx)
+                    print_marks(name, ops, model.config, ctx)
         del model
         torch.cuda.empty_cache()
 
