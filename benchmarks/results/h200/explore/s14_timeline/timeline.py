@@ -41,11 +41,13 @@ SPLIT_MARKS = [
     ("            tl.debug_barrier()   # the stores are visible to the whole program's later "
      'loads\n', 4, 12),
     (('                                tl.zeros([GROUP_P, D], dtype=tl.float32), scale, DOT, '
-      'PRECISION)\n',   # before session 25
+      'PRECISION)\n',
+      # session 25's v29 (s25_warp_keys/v29.diff)
       '        m_i, l_i, acc = _attend(q, k_first, v_first, t < end, m_i, l_i, acc, scale, DOT,\n'
       '                                PRECISION)\n'), 5, 8),
     (('            m_i, l_i, acc = _attend(q, k, v, t_mask, m_i, l_i, acc, scale, DOT, '
-      'PRECISION)\n',   # before session 25
+      'PRECISION)\n',
+      # session 25's v29
       '            m_i, l_i, acc = _attend(q, k, v, t < end, m_i, l_i, acc, scale, DOT, '
       'PRECISION)\n'), 6, 8)]
 # With LANDED=1, mark 7 (after mark 3) waits for the first tile's keys and values to arrive

@@ -28,14 +28,20 @@ import torch
 SESSIONS = 10
 
 
-def base_class(path: str):
-    if os.path.isdir(path):   # a copy of the whole package (session 22), as its own package
+def base_module(path: str, name: str):
+    """Return module NAME (engine.native, ...) of a copy of the whole package at path."""
+    if 'physinf_ros_base' not in sys.modules:   # imported as a package of its own
         init = os.path.join(path, 'physinf_ros', '__init__.py')
         spec = importlib.util.spec_from_file_location(
             'physinf_ros_base', init, submodule_search_locations=[os.path.dirname(init)])
         sys.modules['physinf_ros_base'] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(sys.modules['physinf_ros_base'])
-        return importlib.import_module('physinf_ros_base.engine.native').NativeDecoder
+    return importlib.import_module('physinf_ros_base.' + name)
+
+
+def base_class(path: str):
+    if os.path.isdir(path):   # a copy of the whole package (session 22)
+        return base_module(path, 'engine.native').NativeDecoder
     # HEAD's native.py as a module of the package, so its relative imports resolve.
     spec = importlib.util.spec_from_file_location('physinf_ros.engine.native_base', path)
     module = importlib.util.module_from_spec(spec)

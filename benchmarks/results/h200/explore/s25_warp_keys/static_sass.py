@@ -9,26 +9,16 @@ Usage: python3 static_sass.py BASE (PYTHONPATH the repository root, with v29.dif
 static_sass.log; BASE a copy of the package's physinf_ros/ and config/, as s21_start/inproc.py
 takes it)
 """
-import importlib
-import importlib.util
 import os
 import re
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..',
-                                's14_attention'))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, '..', 's14_attention'), os.path.join(HERE, '..', 's21_start')]
+from inproc import base_module  # noqa: E402
 from physinf_ros.engine import kernels  # noqa: E402
 from static_sass import compiled_sass  # noqa: E402
 import triton.language as tl  # noqa: E402
-
-
-def base_kernels(path: str):
-    init = os.path.join(path, 'physinf_ros', '__init__.py')
-    spec = importlib.util.spec_from_file_location(
-        'physinf_ros_base', init, submodule_search_locations=[os.path.dirname(init)])
-    sys.modules['physinf_ros_base'] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sys.modules['physinf_ros_base'])
-    return importlib.import_module('physinf_ros_base.engine.kernels')
 
 
 def facts(name, module, dim, warps=4, block_t=64):
@@ -50,7 +40,7 @@ def facts(name, module, dim, warps=4, block_t=64):
 
 
 if __name__ == '__main__':
-    base = base_kernels(sys.argv[1])
+    base = base_module(sys.argv[1], 'engine.kernels')
     for dim in (128, 64):
         facts('base', base, dim)
         facts('new', kernels, dim)
