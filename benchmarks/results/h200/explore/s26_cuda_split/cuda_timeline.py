@@ -1,0 +1,133 @@
+"""
+Session 26: a CUDA split kernel's op table in the step, from the same stamps as the Triton's.
+
+Builds each CUDA split kernel (SOURCES: space-separated NAME=PATH, default cuda=split_cuda.cu
+here) twice with nvcc, plain and with -DMARKS (it then writes session 14's timeline.py stamps:
+the wait reached, released, end, and its marks inside). Then, per ARCH:CTX: (1) its attention
+and the Triton kernels' against float32 (split_cuda_probe.check); (2) the step (layers and head,
+graphed, unstamped) with the package's kernels and with each CUDA split before the package's
+Triton reduce, ROUNDS interleaved rounds; (3) each arm's stamped step: timeline.py's per-op
+table, and layer 1's split programs from their own release (medians), the split holding pos,
+the others with keys, those without.
+Usage: [SOURCES=...] cuda_timeline.py ARCH:CTX[,CTX]... (PYTHONPATH the repository root)
+"""
+import ctypes
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, '..', 's14_timeline'))
+sys.path.insert(0, os.path.join(HERE, '..', 's25_warp_keys'))
+from physinf_ros.engine import kernels  # noqa: E402
+from split_cuda_probe import check  # noqa: E402
+from timeline import (LAUNCHES, Model, NAMES, op_rows, print_table, SLOT,  # noqa: E402
+                      stamped_module, stamped_windows, step_ms, WIDTH)
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+ROUNDS = 5
+
+
+def build(source: str, marks: bool) -> ctypes.CDLL:
+    out = os.path.join(tempfile.mkdtemp(), 'split_cuda.so')
+    subprocess.run(['nvcc', '-O3', '-std=c++17', '-arch=sm_90a', '-shared', '-Xcompiler',
+                    '-fPIC', *(['-DMARKS'] if marks else []), source, '-o', out], check=True)
+    lib = ctypes.CDLL(out)
+    lib.physinf_split_error.restype = ctypes.c_char_p
+    return lib
+
+
+def cuda_split_ops(module, lib):
+    """Return a KernelOps of module (kernels, or timeline's stamped copy) with lib's split."""
+
+    class CudaSplitOps(module.KernelOps):
+
+        def rope_attention(self, qkv, pos, cos, sin, k_cache, v_cache, num_heads):
+            kv_heads, max_context, dim = k_cache.shape
+            group = num_heads // kv_heads
+            group_p = max(16, triton.next_power_of_2(group))
+            shape = self.config.attention_for(kv_heads, dim)
+            dev = qkv.device
+            maxs = torch.empty(kv_heads * shape.splits * group_p, device=dev,
+                               dtype=torch.float32)
+            sums = torch.empty_like(maxs)
+            accs = torch.empty(kv_heads * shape.splits * group_p, dim, device=dev,
+                               dtype=torch.float32)
+            stamping = getattr(module, 'STAMPING', None)
+            stamps, base = ((stamping.stamps.data_ptr(), stamping.launch()['STAMP_BASE'])
+                            if stamping else (None, 0))
+            ptr = [ctypes.c_void_p(t.data_ptr()) for t in
+                   (qkv, k_cache, v_cache, pos, cos, sin, maxs, sums, accs)]
+            rc = lib.physinf_split(
+                dim, 1, *ptr, max_context, ctypes.c_float(dim ** -0.5), group, group_p,
+                num_heads, kv_heads, shape.splits, shape.min_chunk, 1, ctypes.c_void_p(stamps),
+                ctypes.c_longlong(base), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+            assert rc == 0, lib.physinf_split_error(rc)
+            out = torch.empty(num_heads, dim, device=dev, dtype=torch.float32)
+            module._attn_reduce_kernel[(num_heads,)](maxs, sums, accs, out, group, D=dim,
+                                                     GROUP_P=group_p, SPLITS=shape.splits,
+                                                     num_warps=4, **module._pdl(dev))
+            return out.view(-1)
+
+    return CudaSplitOps(module.KernelConfig.for_device(torch.device('cuda')))
+
+
+def split_programs(stamped, programs):
+    """
+    Print layer 1's split programs, medians from each one's release.
+
+    Queries rotated, first tile attended, loop done and end, for the split holding pos, the
+    other splits with keys and the splits without.
+    """
+    split = len(NAMES) + 1 + stamped.STAMPING.skipped
+    rows = stamped.STAMPING.stamps.view(LAUNCHES, SLOT, WIDTH)[split, :programs].cpu()
+    for name, chosen in (('holding pos', rows[:, 4] > 0),
+                         ('other splits with keys', (rows[:, 3] > 0) & (rows[:, 4] == 0)),
+                         ('splits without keys', rows[:, 3] == 0)):
+        picked = rows[chosen]
+        if not len(picked):
+            continue
+        spans = [(picked[:, k] - picked[:, 1]).double().median().item() / 1e3
+                 if (picked[:, k] > 0).all() else float('nan') for k in (3, 5, 6, 2)]
+        print(f'  {name} ({len(picked)}): rotated, first tile, loop done, end: '
+              + ' '.join(f'{v:.2f}' for v in spans))
+
+
+def main():
+    dev = torch.device('cuda')
+    stamped = stamped_module()
+    sources = os.environ.get('SOURCES', 'cuda=' + os.path.join(HERE, 'split_cuda.cu'))
+    plain = {'triton': kernels.KernelOps(kernels.KernelConfig.for_device(dev))}
+    marked = {'triton': stamped.KernelOps(stamped.KernelConfig.for_device(dev))}
+    for arm in sources.split():
+        name, path = arm.split('=')
+        plain[name] = cuda_split_ops(kernels, build(path, False))
+        marked[name] = cuda_split_ops(stamped, build(path, True))
+    for spec in sys.argv[1:]:
+        arch, contexts = spec.split(':')
+        contexts = [int(c) for c in contexts.split(',')]
+        check(arch, plain, dev)
+        model = Model(arch, max(contexts), dev)
+        for ctx in contexts:
+            times = {name: [] for name in plain}
+            for rnd in range(ROUNDS):
+                for name in (list(plain) if rnd % 2 == 0 else list(plain)[::-1]):
+                    times[name].append(step_ms(model, plain[name], ctx))
+            print(f'{arch} ctx {ctx}: ' + '; '.join(
+                f'{name} {statistics.median(t):.3f} ms (' + ' '.join(f'{x:.3f}' for x in t) + ')'
+                for name, t in times.items()), flush=True)
+            for name, ops in marked.items():
+                launches, win = stamped_windows(stamped, model, ops, ctx)
+                print(f'{arch} ctx {ctx} {name}, stamped: step from first wait to last end '
+                      f'{win[-1][3] - win[0][0]:.1f} us')
+                print_table(op_rows(win, launches))
+                split_programs(stamped, win[len(NAMES) + 1][4])
+        del model
+        torch.cuda.empty_cache()
+
+
+if __name__ == '__main__':
+    main()
