@@ -1,14 +1,16 @@
 """
 Session 26: a CUDA split kernel's op table in the step, from the same stamps as the Triton's.
 
-Builds each CUDA split kernel (SOURCES: space-separated NAME=PATH, default cuda=split_cuda.cu
-here) twice with nvcc, plain and with -DMARKS (it then writes session 14's timeline.py stamps:
-the wait reached, released, end, and its marks inside). Then, per ARCH:CTX: (1) its attention
+Builds each CUDA split kernel (SOURCES: space-separated NAME=PATH[:FLAG,...], nvcc flags such
+as -DMIN_BLOCKS=3 after the colon; default cuda=split_cuda.cu here) twice with nvcc, plain and
+with -DMARKS (it then writes session 14's timeline.py stamps: the wait reached, released, end,
+and its marks inside). Then, per ARCH:CTX: (1) its attention
 and the Triton kernels' against float32 (split_cuda_probe.check); (2) the step (layers and head,
 graphed, unstamped) with the package's kernels and with each CUDA split before the package's
 Triton reduce, ROUNDS interleaved rounds; (3) each arm's stamped step: timeline.py's per-op
 table, and layer 1's split programs from their own release (medians), the split holding pos,
-the others with keys, those without.
+the others with keys, those without, with when they reached the wait and were released (median
+and last, from the first release).
 Usage: [SOURCES=...] cuda_timeline.py ARCH:CTX[,CTX]... (PYTHONPATH the repository root)
 """
 import ctypes
@@ -32,9 +34,12 @@ ROUNDS = 5
 
 
 def build(source: str, marks: bool) -> ctypes.CDLL:
+    """Compile source (PATH[:FLAG,...]) with nvcc and load it."""
+    path, _, flags = source.partition(':')
     out = os.path.join(tempfile.mkdtemp(), 'split_cuda.so')
     subprocess.run(['nvcc', '-O3', '-std=c++17', '-arch=sm_90a', '-shared', '-Xcompiler',
-                    '-fPIC', *(['-DMARKS'] if marks else []), source, '-o', out], check=True)
+                    '-fPIC', *(['-DMARKS'] if marks else []), *filter(None, flags.split(',')),
+                    path, '-o', out], check=True)
     lib = ctypes.CDLL(out)
     lib.physinf_split_error.restype = ctypes.c_char_p
     return lib
@@ -84,6 +89,7 @@ def split_programs(stamped, programs):
     """
     split = len(NAMES) + 1 + stamped.STAMPING.skipped
     rows = stamped.STAMPING.stamps.view(LAUNCHES, SLOT, WIDTH)[split, :programs].cpu()
+    first = rows[:, 1].min()
     for name, chosen in (('holding pos', rows[:, 4] > 0),
                          ('other splits with keys', (rows[:, 3] > 0) & (rows[:, 4] == 0)),
                          ('splits without keys', rows[:, 3] == 0)):
@@ -92,8 +98,11 @@ def split_programs(stamped, programs):
             continue
         spans = [(picked[:, k] - picked[:, 1]).double().median().item() / 1e3
                  if (picked[:, k] > 0).all() else float('nan') for k in (3, 5, 6, 2)]
+        reached, released = ((picked[:, k] - first).double() / 1e3 for k in (0, 1))
         print(f'  {name} ({len(picked)}): rotated, first tile, loop done, end: '
-              + ' '.join(f'{v:.2f}' for v in spans))
+              + ' '.join(f'{v:.2f}' for v in spans)
+              + f'; wait reached {reached.median().item():.2f} (last {reached.max().item():.2f}),'
+              f' released {released.median().item():.2f} (last {released.max().item():.2f})')
 
 
 def main():

@@ -15,6 +15,13 @@
 // kernel's). With -DMARKS each block writes session 14's timeline.py stamps (the stamp buffer
 // and the launch's base are kernel arguments), so its op table comes from the same code as the
 // Triton kernels'.
+// v30d (after run 2: v30c's blocks are released over 1.8 us where the Triton kernel's are over
+// 0.8): less for a block to hold and do before its wait, so that late-placed blocks reach it
+// sooner and more fit beside the previous kernel's. RoPE's tables go to registers before the
+// wait (their stores to shared memory made every thread wait for the loads before reaching it)
+// and to shared memory after; each warp's accumulators are merged through its own ring's first
+// slot (free once its loop is done) instead of 16 KB of their own. MIN_BLOCKS (default 2) is
+// __launch_bounds__' blocks an SM, which caps the registers.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -26,6 +33,9 @@ constexpr int SLICE = 16;                 // keys a warp takes per tile: one mma
 constexpr int TILE = WARPS * SLICE;       // keys per tile (the Triton kernel's block_t)
 constexpr int PAD = 8;                    // elements after each row: conflict-free ldmatrix
 constexpr int MAX_GROUP = 8;              // query heads per kv head (mma rows 0..7 of 16)
+#ifndef MIN_BLOCKS
+#define MIN_BLOCKS 2
+#endif
 
 template <typename T> __device__ __forceinline__ float round_to(float x);
 template <> __device__ __forceinline__ float round_to<__nv_bfloat16>(float x) {
@@ -121,7 +131,12 @@ struct Shared {
   T k_new[D], v_new[D];
   float cos_pos[D / 2], sin_pos[D / 2];   // RoPE's tables at pos
   float warp_m[WARPS][MAX_GROUP], warp_l[WARPS][MAX_GROUP];
-  float warp_acc[WARPS][MAX_GROUP][D];
+  // A warp's accumulators after its loop, in its ring's first slot of keys (no other warp's).
+  __device__ float (*warp_acc(int warp))[D] {
+    return reinterpret_cast<float (*)[D]>(&k[0][warp][0][0]);
+  }
+  static_assert(MAX_GROUP * D * sizeof(float) <= SLICE * (D + PAD) * sizeof(T),
+                "a warp's accumulators fit in its slot");
 };
 
 // RoPE (rotate-half pairs d, d + D/2) of element d, x, with its partner, both rounded to the
@@ -135,7 +150,7 @@ __device__ __forceinline__ float rope(float x, float partner, int d, const float
 }
 
 template <int D, typename T, int STAGES>
-__global__ void __launch_bounds__(THREADS, 2)
+__global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 split_kernel(const float* __restrict__ qkv, T* __restrict__ k_cache, T* __restrict__ v_cache,
              const int* __restrict__ pos_ptr, const float* __restrict__ cos,
              const float* __restrict__ sin, float* __restrict__ maxs, float* __restrict__ sums,
@@ -171,12 +186,13 @@ split_kernel(const float* __restrict__ qkv, T* __restrict__ k_cache, T* __restri
   };
 #pragma unroll
   for (int tile = 0; tile < STAGES; ++tile) load_slice(tile);
-  // Nothing else before the wait depends on the previous kernel either: RoPE's tables at pos,
-  // and the query rows past the group (zeros, the mma's padding).
-  for (int i = threadIdx.x; i < D / 2; i += THREADS) {
-    s.cos_pos[i] = cos[(size_t)pos * (D / 2) + i];
-    s.sin_pos[i] = sin[(size_t)pos * (D / 2) + i];
-  }
+  // Nothing else before the wait depends on the previous kernel either: RoPE's tables at pos
+  // (into registers: stored after the wait, so that no thread waits for them before it), and
+  // the query rows past the group (zeros, the mma's padding).
+  static_assert(D / 2 <= THREADS, "a thread per table entry");
+  const bool table_thread = threadIdx.x < D / 2;
+  const float cos_x = table_thread ? cos[(size_t)pos * (D / 2) + threadIdx.x] : 0.f;
+  const float sin_x = table_thread ? sin[(size_t)pos * (D / 2) + threadIdx.x] : 0.f;
   for (int i = threadIdx.x + group * D; i < 16 * D; i += THREADS)
     s.q[i / D][i % D] = to_t<T>(0.f);
   MARK(0);
@@ -210,6 +226,10 @@ split_kernel(const float* __restrict__ qkv, T* __restrict__ k_cache, T* __restri
     const bool mine = i < group * D;
     x[j] = mine ? q_rows[i] : 0.f;
     partner[j] = mine ? q_rows[i - d + (d + D / 2) % D] : 0.f;
+  }
+  if (table_thread) {
+    s.cos_pos[threadIdx.x] = cos_x;
+    s.sin_pos[threadIdx.x] = sin_x;
   }
   const bool holds_pos = end == length;
   const int dk = threadIdx.x;
@@ -318,6 +338,7 @@ split_kernel(const float* __restrict__ qkv, T* __restrict__ k_cache, T* __restri
     load_slice(tile + STAGES);
   }
   wait_copies<0>();
+  __syncwarp();   // every lane done with the ring before its first slot takes the accumulators
   MARK(6);
   // The warps' partials: row g = lane / 4 (g < group) of each dims n-tile.
   const float l_row = l_lane + __shfl_xor_sync(0xffffffff, l_lane, 1);
@@ -330,8 +351,8 @@ split_kernel(const float* __restrict__ qkv, T* __restrict__ k_cache, T* __restri
     }
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
-      s.warp_acc[warp][g_row][n * 8 + (lane % 4) * 2] = acc[n][0];
-      s.warp_acc[warp][g_row][n * 8 + (lane % 4) * 2 + 1] = acc[n][1];
+      s.warp_acc(warp)[g_row][n * 8 + (lane % 4) * 2] = acc[n][0];
+      s.warp_acc(warp)[g_row][n * 8 + (lane % 4) * 2 + 1] = acc[n][1];
     }
   }
   __syncthreads();
@@ -346,7 +367,7 @@ split_kernel(const float* __restrict__ qkv, T* __restrict__ k_cache, T* __restri
     for (int w = 0; w < WARPS; ++w) {
       const float weight = s.warp_m[w][g] == -INFINITY ? 0.f : __expf(s.warp_m[w][g] - m_max);
       total = fmaf(s.warp_l[w][g], weight, total);
-      value = fmaf(s.warp_acc[w][g][d], weight, value);
+      value = fmaf(s.warp_acc(w)[g][d], weight, value);
     }
     accs[(row0 + g) * D + d] = value;
     if (d == 0) {
