@@ -1,16 +1,16 @@
 """
 Session 26: a CUDA split kernel's op table in the step, from the same stamps as the Triton's.
 
-Builds each CUDA split kernel (SOURCES: space-separated NAME=PATH[:FLAG,...], nvcc flags such
-as -DMIN_BLOCKS=3 after the colon; default cuda=split_cuda.cu here) twice with nvcc, plain and
-with -DMARKS (it then writes session 14's timeline.py stamps: the wait reached, released, end,
-and its marks inside). Then, per ARCH:CTX: (1) its attention
-and the Triton kernels' against float32 (split_cuda_probe.check); (2) the step (layers and head,
-graphed, unstamped) with the package's kernels and with each CUDA split before the package's
-Triton reduce, ROUNDS interleaved rounds; (3) each arm's stamped step: timeline.py's per-op
-table, and layer 1's split programs from their own release (medians), the split holding pos,
-the others with keys, those without, with when they reached the wait and were released (median
-and last, from the first release).
+Builds each CUDA split kernel (SOURCES: space-separated NAME=PATH[:FLAG,...], after the colon
+nvcc flags such as -DMIN_BLOCKS=3, or min_chunk=N for the launch's minimum keys a split; default
+cuda=split_cuda.cu here) twice with nvcc, plain and with -DMARKS (it then writes session 14's
+timeline.py stamps: the wait reached, released, end, and its marks inside). Then, per ARCH:CTX:
+(1) its attention and the Triton kernels' against float32 (split_cuda_probe.check); (2) the step
+(layers and head, graphed, unstamped) with the package's kernels and with each CUDA split before
+the package's Triton reduce, ROUNDS interleaved rounds; (3) each arm's stamped step: timeline.py's
+per-op table, and layer 1's split programs from their own release (medians), the split holding
+pos, the others with keys, those without, with when they reached the wait and were released
+(median and last, from the first release).
 Usage: [SOURCES=...] cuda_timeline.py ARCH:CTX[,CTX]... (PYTHONPATH the repository root)
 """
 import ctypes
@@ -38,15 +38,18 @@ def build(source: str, marks: bool) -> ctypes.CDLL:
     path, _, flags = source.partition(':')
     out = os.path.join(tempfile.mkdtemp(), 'split_cuda.so')
     subprocess.run(['nvcc', '-O3', '-std=c++17', '-arch=sm_90a', '-shared', '-Xcompiler',
-                    '-fPIC', *(['-DMARKS'] if marks else []), *filter(None, flags.split(',')),
-                    path, '-o', out], check=True)
+                    '-fPIC', *(['-DMARKS'] if marks else []),
+                    *(f for f in flags.split(',') if f.startswith('-')), path, '-o', out],
+                   check=True)
     lib = ctypes.CDLL(out)
     lib.physinf_split_error.restype = ctypes.c_char_p
     return lib
 
 
-def cuda_split_ops(module, lib):
+def cuda_split_ops(module, lib, source):
     """Return a KernelOps of module (kernels, or timeline's stamped copy) with lib's split."""
+    settings = dict(f.split('=') for f in source.partition(':')[2].split(',')
+                    if f and not f.startswith('-'))
 
     class CudaSplitOps(module.KernelOps):
 
@@ -55,6 +58,7 @@ def cuda_split_ops(module, lib):
             group = num_heads // kv_heads
             group_p = max(16, triton.next_power_of_2(group))
             shape = self.config.attention_for(kv_heads, dim)
+            min_chunk = int(settings.get('min_chunk', shape.min_chunk))
             dev = qkv.device
             maxs = torch.empty(kv_heads * shape.splits * group_p, device=dev,
                                dtype=torch.float32)
@@ -68,7 +72,7 @@ def cuda_split_ops(module, lib):
                    (qkv, k_cache, v_cache, pos, cos, sin, maxs, sums, accs)]
             rc = lib.physinf_split(
                 dim, 1, *ptr, max_context, ctypes.c_float(dim ** -0.5), group, group_p,
-                num_heads, kv_heads, shape.splits, shape.min_chunk, 1, ctypes.c_void_p(stamps),
+                num_heads, kv_heads, shape.splits, min_chunk, 1, ctypes.c_void_p(stamps),
                 ctypes.c_longlong(base), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
             assert rc == 0, lib.physinf_split_error(rc)
             out = torch.empty(num_heads, dim, device=dev, dtype=torch.float32)
@@ -80,15 +84,16 @@ def cuda_split_ops(module, lib):
     return CudaSplitOps(module.KernelConfig.for_device(torch.device('cuda')))
 
 
-def split_programs(stamped, programs):
+def split_programs(stamped):
     """
     Print layer 1's split programs, medians from each one's release.
 
     Queries rotated, first tile attended, loop done and end, for the split holding pos, the
-    other splits with keys and the splits without.
+    other splits with keys and the splits without (v30e's leave no stamps).
     """
     split = len(NAMES) + 1 + stamped.STAMPING.skipped
-    rows = stamped.STAMPING.stamps.view(LAUNCHES, SLOT, WIDTH)[split, :programs].cpu()
+    rows = stamped.STAMPING.stamps.view(LAUNCHES, SLOT, WIDTH)[split].cpu()
+    rows = rows[rows[:, 0] > 0]
     first = rows[:, 1].min()
     for name, chosen in (('holding pos', rows[:, 4] > 0),
                          ('other splits with keys', (rows[:, 3] > 0) & (rows[:, 4] == 0)),
@@ -112,9 +117,9 @@ def main():
     plain = {'triton': kernels.KernelOps(kernels.KernelConfig.for_device(dev))}
     marked = {'triton': stamped.KernelOps(stamped.KernelConfig.for_device(dev))}
     for arm in sources.split():
-        name, path = arm.split('=')
-        plain[name] = cuda_split_ops(kernels, build(path, False))
-        marked[name] = cuda_split_ops(stamped, build(path, True))
+        name, path = arm.split('=', 1)
+        plain[name] = cuda_split_ops(kernels, build(path, False), path)
+        marked[name] = cuda_split_ops(stamped, build(path, True), path)
     for spec in sys.argv[1:]:
         arch, contexts = spec.split(':')
         contexts = [int(c) for c in contexts.split(',')]
@@ -133,7 +138,7 @@ def main():
                 print(f'{arch} ctx {ctx} {name}, stamped: step from first wait to last end '
                       f'{win[-1][3] - win[0][0]:.1f} us')
                 print_table(op_rows(win, launches))
-                split_programs(stamped, win[len(NAMES) + 1][4])
+                split_programs(stamped)
         del model
         torch.cuda.empty_cache()
 

@@ -22,6 +22,13 @@
 // and to shared memory after; each warp's accumulators are merged through its own ring's first
 // slot (free once its loop is done) instead of 16 KB of their own. MIN_BLOCKS (default 2) is
 // __launch_bounds__' blocks an SM, which caps the registers.
+// v30e (after run 3: v30d's 75 KB let three blocks share an SM, which lost at ctx 2048 and won
+// at 16384): a block with no keys writes its partial of no weight before the wait and exits,
+// freeing its place at once. Safe before the wait: the partial buffers are this launch's, and
+// every kernel before the previous one has ended (the previous one's programs all passed their
+// waits before this grid was launched); split 0 always has keys, so the grid still ends only
+// after the wait, and the chain of waits holds. SM_BLOCKS (default 0: as many as fit) requests
+// enough shared memory that at most that many blocks share an SM.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -35,6 +42,9 @@ constexpr int PAD = 8;                    // elements after each row: conflict-f
 constexpr int MAX_GROUP = 8;              // query heads per kv head (mma rows 0..7 of 16)
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS 2
+#endif
+#ifndef SM_BLOCKS
+#define SM_BLOCKS 0
 #endif
 
 template <typename T> __device__ __forceinline__ float round_to(float x);
@@ -169,6 +179,17 @@ split_kernel(const float* __restrict__ qkv, T* __restrict__ k_cache, T* __restri
   const int start = split * chunk, end = min(start + chunk, length);
   const int tiles = start < length ? (end - start + TILE - 1) / TILE : 0;
   const size_t head_base = (size_t)kv_head * max_context * D;
+  const size_t row0 = ((size_t)kv_head * splits + split) * group_p;
+  if (tiles == 0) {   // past the keys: a partial of no weight, before the wait (no stamps)
+    for (int o = threadIdx.x; o < group * D; o += THREADS) {
+      accs[(row0 + o / D) * D + o % D] = 0.f;
+      if (o % D == 0) {
+        maxs[row0 + o / D] = -INFINITY;
+        sums[row0 + o / D] = 0.f;
+      }
+    }
+    return;
+  }
   constexpr int ROW_COPIES = D * sizeof(T) / 16;   // 16-byte copies per row
   auto load_slice = [&](int tile) {   // this warp's 16 keys and values of tile into its ring
     if (tile < tiles) {
@@ -201,18 +222,6 @@ split_kernel(const float* __restrict__ qkv, T* __restrict__ k_cache, T* __restri
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   }
   MARK(1);
-  const size_t row0 = ((size_t)kv_head * splits + split) * group_p;
-  if (tiles == 0) {   // past the keys: a partial of no weight, as the Triton kernel's
-    for (int o = threadIdx.x; o < group * D; o += THREADS) {
-      accs[(row0 + o / D) * D + o % D] = 0.f;
-      if (o % D == 0) {
-        maxs[row0 + o / D] = -INFINITY;
-        sums[row0 + o / D] = 0.f;
-      }
-    }
-    MARK(2);
-    return;
-  }
   // Every read of qkv at once, into registers: the group's query elements and their partners,
   // and in the split holding pos the new key's and value's (one round trip to L2, not one per
   // element in turn).
@@ -385,7 +394,9 @@ static int launch(const float* qkv, void* k_cache, void* v_cache, const int* pos
                   int kv_heads, int splits, int min_chunk, int pdl, long long* stamps,
                   long long stamp_base, cudaStream_t stream) {
   auto kernel = split_kernel<D, T, STAGES>;
-  const int bytes = (int)sizeof(Shared<D, T, STAGES>);
+  // At most SM_BLOCKS blocks an SM (228 KB of shared memory, 1 KB of it reserved a block).
+  const int bytes = max((int)sizeof(Shared<D, T, STAGES>),
+                        SM_BLOCKS ? 228 * 1024 / (SM_BLOCKS + 1) : 0);
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          bytes);
   if (err != cudaSuccess) return (int)err;
