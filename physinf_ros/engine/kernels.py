@@ -81,6 +81,10 @@ class AttentionConfig:
     # directive changes ptxas's schedule even where the kernel needs fewer (docs/PERF.md,
     # session 19).
     max_registers: int = 0
+    # The split kernel in CUDA (attention_split.cu, attention_cuda.py) where it builds and takes
+    # the shape; the Triton split kernel otherwise (and num_warps, num_stages, block_t and
+    # max_registers are the Triton kernel's alone). docs/PERF.md, session 26.
+    cuda: bool = False
 
     def __post_init__(self):
         for name in ('splits', 'block_t'):
@@ -193,6 +197,26 @@ class KernelConfig:
         return replace(self, attention=replace(self.attention, **setting),
                        attention_shapes={key: replace(shape, **setting)
                                          for key, shape in self.attention_shapes.items()})
+
+    def attention_cuda_path(self, qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor,
+                            k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int) -> bool:
+        """Whether this attention's split runs attention_split.cu: set, a GPU that has it."""
+        kv_heads, _, dim = k_cache.shape
+        if INTERPRET or qkv.device.type != 'cuda' or not self.attention_for(kv_heads, dim).cuda:
+            return False
+        from . import attention_cuda
+        return (attention_cuda.supported(qkv, pos, cos, k_cache, v_cache, num_heads)
+                and not attention_cuda.unavailable(qkv.device))
+
+    def attention_kernel_note(self, kv_heads: int, head_dim: int, device: torch.device) -> str:
+        """Return a log line saying which kernel splits this shape's attention on device."""
+        if not self.attention_for(kv_heads, head_dim).cuda:
+            return 'attention split: Triton kernel'
+        from . import attention_cuda
+        reason = attention_cuda.unavailable(device)
+        if reason:
+            return f'attention split: Triton kernel, the CUDA kernel is unavailable: {reason}'
+        return 'attention split: CUDA kernel (attention_split.cu)'
 
     def attention_for(self, kv_heads: int, head_dim: int) -> AttentionConfig:
         """Return the attention launch shape of a model with these kv heads and head size."""
@@ -963,12 +987,17 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
     dot = tl.float32 if INTERPRET else _TL_DTYPES[k_cache.dtype]
     precision = 'ieee' if dot == tl.float32 else 'tf32'  # ignored for 16-bit operands
     pdl = _pdl(device)
-    _attn_split_kernel[(kv_heads, splits)](
-        qkv, k_cache, v_cache, pos, maxs, sums, accs, cos, sin, max_context, dim ** -0.5, group,
-        num_heads, kv_heads, D=dim, GROUP_P=group_p, BLOCK_T=block_t, SPLITS=splits,
-        MIN_CHUNK=min_chunk, DOT=dot, PRECISION=precision, num_warps=shape.num_warps,
-        num_stages=shape.num_stages,
-        **({'maxnreg': shape.max_registers} if shape.max_registers else {}), **pdl)
+    if config.attention_cuda_path(qkv, pos, cos, k_cache, v_cache, num_heads):
+        from . import attention_cuda
+        attention_cuda.split(qkv, pos, cos, sin, k_cache, v_cache, maxs, sums, accs, num_heads,
+                             group_p, splits, min_chunk)
+    else:
+        _attn_split_kernel[(kv_heads, splits)](
+            qkv, k_cache, v_cache, pos, maxs, sums, accs, cos, sin, max_context, dim ** -0.5,
+            group, num_heads, kv_heads, D=dim, GROUP_P=group_p, BLOCK_T=block_t, SPLITS=splits,
+            MIN_CHUNK=min_chunk, DOT=dot, PRECISION=precision, num_warps=shape.num_warps,
+            num_stages=shape.num_stages,
+            **({'maxnreg': shape.max_registers} if shape.max_registers else {}), **pdl)
     out = torch.empty(num_heads, dim, device=device, dtype=torch.float32)
     _attn_reduce_kernel[(num_heads,)](maxs, sums, accs, out, group, D=dim, GROUP_P=group_p,
                                       SPLITS=splits, num_warps=4, **pdl)

@@ -66,6 +66,8 @@ class NativeDecoder:
             self.ops = KernelOps(kernel_config or KernelConfig.for_device(device, log))
             if weights.step_facts().group_size:   # a 4-bit model: say which kernel streams it
                 log(self.ops.config.q4_kernel_note(device))
+            log(self.ops.config.attention_kernel_note(config.num_kv_heads, config.head_dim,
+                                                      device))
         else:
             self.ops = ops_torch
         self.graphed = graphed and device.type == 'cuda'

@@ -1,38 +1,26 @@
 """
-The 4-bit GPTQ GEMVs in CUDA (q4_gemv.cu): built once per machine with nvcc, launched by ctypes.
+The 4-bit GPTQ GEMVs in CUDA (q4_gemv.cu), built and loaded by cuda_library.
 
 kernels.py routes a PackedLinear's GEMV here on a GPU when its KernelConfig has q4_cuda set
 and the half2 sums apply; otherwise, or when this library cannot be built (no nvcc), the Triton
-kernel runs, which is also what CI checks in the interpreter. The library is compiled for the
-GPU's own architecture into the package's cache folder (models.cache_root: $PHYSINF_ROS_CACHE,
-else ~/.cache/physinf_ros), named by a hash of the source and the flags, so an edited kernel is
-rebuilt and an unchanged one is built once. Launches go on torch's current stream, with
-programmatic dependent launch on Hopper and later, so they are captured into the decode step's
-CUDA graph like the Triton ones.
+kernel runs, which is also what CI checks in the interpreter.
 """
 
 import ctypes
 from dataclasses import dataclass
-import hashlib
-import os
 from pathlib import Path
-import shutil
-import subprocess
-import tempfile
-from typing import Dict, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 
+from .cuda_library import Libraries, Library
 from .gptq import CODES_PER_WORD, PackedLinear
-from .models import cache_root
 
 SOURCE = Path(__file__).with_name('q4_gemv.cu')
 THREADS = 256                      # per block, fixed in q4_gemv.cu
 COLUMNS = (128, 64, 32, 16)        # columns per block that q4_gemv.cu instantiates
 SPLITS = (1, 2, 4, 8, 16)          # K splits tried for residual GEMVs (float atomics)
 BLOCKS_PER_SM = 1.5                # the launch shape's target: enough blocks to fill the GPU
-_FLAGS = ('-O3', '-std=c++17', '-shared', '-Xcompiler', '-fPIC')
-_BUILD_SECONDS = 600
 
 
 @dataclass(frozen=True)
@@ -103,73 +91,23 @@ def supported(w: PackedLinear, x: torch.Tensor, norm_w: Optional[torch.Tensor]) 
             and all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in tensors))
 
 
-class _Library:
-    """The built q4_gemv.cu of one GPU architecture, or the reason it could not be had."""
-
-    def __init__(self, capability: Tuple[int, int]):
-        self.arch = f'sm_{capability[0]}{capability[1]}'
-        self.pdl = capability[0] >= 9
-        self.handle = None
-        self.reason = ''
-        try:
-            self.handle = ctypes.CDLL(str(self._build()))
-        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-            self.reason = str(exc)
-            return
-        fn = self.handle.physinf_q4_gemv
-        fn.restype = ctypes.c_int
-        # (cols, unit, gate_up, bf16; 7 pointers; n, k, n_all, group_rows, split_k; eps,
-        # accumulate, stream, pdl, device), as physinf_q4_gemv declares them.
-        fn.argtypes = ([ctypes.c_int] * 4 + [ctypes.c_void_p] * 7 + [ctypes.c_int] * 5
-                       + [ctypes.c_float, ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int] * 2)
-        self.handle.physinf_cuda_error.restype = ctypes.c_char_p
-        self.handle.physinf_cuda_error.argtypes = [ctypes.c_int]
-
-    def _build(self) -> Path:
-        flags = _FLAGS + (f'-arch={self.arch}',)
-        digest = hashlib.sha256(SOURCE.read_bytes() + ' '.join(flags).encode()).hexdigest()
-        cache = cache_root()
-        target = cache / f'q4_gemv_{digest[:16]}_{self.arch}.so'
-        if target.is_file():
-            return target
-        nvcc = _nvcc()
-        if nvcc is None:
-            raise RuntimeError('nvcc (the CUDA toolkit) was not found: set CUDA_HOME or put nvcc '
-                               'on PATH to build the CUDA 4-bit kernels')
-        cache.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=cache) as tmp:
-            out = Path(tmp) / target.name
-            done = subprocess.run([nvcc, *flags, '-o', str(out), str(SOURCE)],
-                                  capture_output=True, text=True, timeout=_BUILD_SECONDS)
-            if done.returncode != 0:
-                raise RuntimeError(f'nvcc failed to build {SOURCE.name}: '
-                                   + (done.stderr or done.stdout).strip()[-2000:])
-            os.replace(out, target)   # atomic: a concurrent build finds a whole file or none
-        return target
+def _declare(handle: ctypes.CDLL) -> None:
+    fn = handle.physinf_q4_gemv
+    fn.restype = ctypes.c_int
+    # (cols, unit, gate_up, bf16; 7 pointers; n, k, n_all, group_rows, split_k; eps,
+    # accumulate, stream, pdl, device), as physinf_q4_gemv declares them.
+    fn.argtypes = ([ctypes.c_int] * 4 + [ctypes.c_void_p] * 7 + [ctypes.c_int] * 5
+                   + [ctypes.c_float, ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int] * 2)
+    handle.physinf_cuda_error.restype = ctypes.c_char_p
+    handle.physinf_cuda_error.argtypes = [ctypes.c_int]
 
 
-def _nvcc() -> Optional[str]:
-    for home in (os.environ.get('CUDA_HOME'), os.environ.get('CUDA_PATH'), '/usr/local/cuda'):
-        if home and (Path(home) / 'bin' / 'nvcc').is_file():
-            return str(Path(home) / 'bin' / 'nvcc')
-    return shutil.which('nvcc')
+LIBRARIES = Libraries(lambda capability: Library(SOURCE, capability, _declare))
 
 
-_LIBRARIES: Dict[Tuple[int, int], _Library] = {}   # architecture -> its build
-_DEVICE_LIBRARIES: Dict[int, _Library] = {}         # device index -> its architecture's build
-
-
-def library(device: torch.device) -> _Library:
+def library(device: torch.device) -> Library:
     """Return the library of device's architecture, built on first use (.reason if it failed)."""
-    # Kept per device index: every eager 4-bit launch looks the library up, and asking torch for
-    # the capability was about half of that check's 12.6 us (PERF.md, sessions 11 and 12).
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _DEVICE_LIBRARIES:
-        capability = torch.cuda.get_device_capability(index)
-        if capability not in _LIBRARIES:
-            _LIBRARIES[capability] = _Library(capability)
-        _DEVICE_LIBRARIES[index] = _LIBRARIES[capability]
-    return _DEVICE_LIBRARIES[index]
+    return LIBRARIES.get(device)
 
 
 def unavailable(device: torch.device) -> str:

@@ -4,6 +4,7 @@ from physinf_ros.engine import kernels, ops_torch
 from physinf_ros.engine.llama import (decode_one_token, from_state_dict, fuse_gate_up,
                                       gate_up_block, KVCache, ModelConfig, prefill, rms_norm,
                                       rope_tables, synthetic_state_dict)
+from poisoned_scratch import poison_scratch
 import pytest
 from tiny_models import tiny_config
 import torch
@@ -132,14 +133,6 @@ def test_attention_under_a_register_cap_matches_the_uncapped_kernel():
 def test_attention_merges_every_split_when_few_hold_keys(monkeypatch):
     # Splits past the keys store partials of no weight; the merge reads all of them. Scratch
     # memory is poisoned with NaN so that a partial left unwritten would show.
-    empty, empty_like = torch.empty, torch.empty_like
-
-    def poisoned(make):
-        def make_poisoned(*args, **kwargs):
-            t = make(*args, **kwargs)
-            return t.fill_(float('nan')) if t.is_floating_point() else t
-        return make_poisoned
-
     heads, kv_heads, dim, max_context = 4, 2, 32, 64
     config = ModelConfig('llama', 10, heads * dim, 8, 1, heads, kv_heads, dim, 1e-5, 10000.0)
     cos, sin = rope_tables(config, max_context, DEVICE)
@@ -150,8 +143,7 @@ def test_attention_merges_every_split_when_few_hold_keys(monkeypatch):
     qkv = rand((heads + 2 * kv_heads) * dim)
     ref = ops_torch.rope_attention(qkv, pos, cos, sin, cache.k[0].clone(), cache.v[0].clone(),
                                    heads)
-    monkeypatch.setattr(torch, 'empty', poisoned(empty))
-    monkeypatch.setattr(torch, 'empty_like', poisoned(empty_like))
+    poison_scratch(monkeypatch)
     out = kernels.rope_attention(qkv, pos, cos, sin, cache.k[0], cache.v[0], heads)
     assert rel(out, ref) < TOL[torch.float32]
 
@@ -286,7 +278,7 @@ def test_attention_shapes_override_the_gpus_attention_shape_per_model_shape():
     assert base.attention_for(2, 128).num_warps == 4
     assert base.facts()['attention_shapes'] == [
         {'kv_heads': 2, 'head_dim': 128, 'splits': 16, 'min_chunk': 64, 'block_t': 64,
-         'num_warps': 4, 'num_stages': 3, 'max_registers': 0}]
+         'num_warps': 4, 'num_stages': 3, 'max_registers': 0, 'cuda': False}]
     assert not kernels.KernelConfig().attention_shapes
     with pytest.raises(TypeError):
         base.attention_shapes[8, 64] = entry   # frozen: build another

@@ -11,7 +11,7 @@ are checked without a GPU.
 from pathlib import Path
 import shutil
 
-from physinf_ros.engine import gptq, q4_cuda
+from physinf_ros.engine import cuda_library, gptq, q4_cuda
 from physinf_ros.engine.gptq import PackedLinear
 from physinf_ros.engine.kernels import KernelConfig, KernelOps
 from physinf_ros.engine.q4_cuda import Q4Shape
@@ -177,10 +177,8 @@ def test_library_lookup_asks_torch_for_the_capability_once_per_device(monkeypatc
     capabilities = {0: (9, 0), 1: (9, 0), 2: (8, 9)}
     monkeypatch.setattr(torch.cuda, 'get_device_capability',
                         lambda index: asked.append(index) or capabilities[index])
-    monkeypatch.setattr(q4_cuda, '_Library',
-                        lambda capability: built.append(capability) or capability)
-    monkeypatch.setattr(q4_cuda, '_LIBRARIES', {})
-    monkeypatch.setattr(q4_cuda, '_DEVICE_LIBRARIES', {})
+    monkeypatch.setattr(q4_cuda, 'LIBRARIES', cuda_library.Libraries(
+        lambda capability: built.append(capability) or capability))
     for _ in range(3):
         for index in (0, 1, 2):
             q4_cuda.library(torch.device('cuda', index))
@@ -190,19 +188,20 @@ def test_library_lookup_asks_torch_for_the_capability_once_per_device(monkeypatc
 
 
 def test_a_missing_compiler_is_a_reason_not_an_error(monkeypatch, tmp_path):
-    monkeypatch.setattr(q4_cuda, '_nvcc', lambda: None)
+    monkeypatch.setattr(cuda_library, 'nvcc', lambda: None)
     monkeypatch.setenv('PHYSINF_ROS_CACHE', str(tmp_path))
-    library = q4_cuda._Library((9, 0))
+    library = cuda_library.Library(q4_cuda.SOURCE, (9, 0), q4_cuda._declare)
     assert library.handle is None
     assert 'nvcc' in library.reason and 'CUDA_HOME' in library.reason
+    assert 'q4_gemv.cu' in library.reason
 
 
 @pytest.mark.skipif(shutil.which('nvcc') is None and not Path('/usr/local/cuda/bin/nvcc').exists(),
                     reason='needs nvcc (the CUDA toolkit) to compile q4_gemv.cu')
 def test_cuda_source_compiles_for_hopper_without_spills(tmp_path):
     import subprocess
-    nvcc = q4_cuda._nvcc()
-    out = subprocess.run([nvcc, *q4_cuda._FLAGS, '-arch=sm_90', '-Xptxas', '-v', '-o',
+    nvcc = cuda_library.nvcc()
+    out = subprocess.run([nvcc, *cuda_library.FLAGS, '-arch=sm_90', '-Xptxas', '-v', '-o',
                           str(tmp_path / 'q4.so'), str(q4_cuda.SOURCE)],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
