@@ -16,6 +16,7 @@ KERNELS_SOURCE=PATH stamps another kernels.py instead (a base, for an A/B of cod
 a mark for when the split kernel's first tile has landed.
 Usage: timeline.py ARCH CTX... (bf16, random weights, a cache of random keys and values)
 """
+from dataclasses import fields
 import importlib.util
 import os
 import re
@@ -256,8 +257,23 @@ def print_table(rows):
         print(f'{name} | {r[4]} | {r[0]:.2f} | {r[1]:.2f} | {r[2]:.2f} | {r[3]:.2f}')
 
 
-def configured(module, dev, arm):
+def triton_config(module, dev):
+    """
+    Return module's KernelConfig for dev with the Triton split kernel.
+
+    Since session 26 kernels.yaml puts the H200's 8-kv-head shapes on the CUDA split kernel
+    (attention_split.cu), which these text patches cannot stamp: the tables here are of the
+    Triton split (s26_cuda_split/cuda_timeline.py stamps the CUDA one). A base kernels.py from
+    before it has no such switch.
+    """
     config = module.KernelConfig.for_device(dev)
+    if 'cuda' in {f.name for f in fields(module.AttentionConfig)}:
+        config = config.with_flag('attention.cuda', '0')
+    return config
+
+
+def configured(module, dev, arm):
+    config = triton_config(module, dev)
     for setting in arm.split():
         name, value = setting.split('=')
         if name.count(':') == 2:
@@ -270,8 +286,8 @@ def configured(module, dev, arm):
 
 
 def timeline(model, stamped, dev, ctx):
-    plain = kernels.KernelOps(kernels.KernelConfig.for_device(dev))
-    ops = stamped.KernelOps(stamped.KernelConfig.for_device(dev))
+    plain = kernels.KernelOps(triton_config(kernels, dev))
+    ops = stamped.KernelOps(triton_config(stamped, dev))
     for rnd in range(2):   # does stamping change the step? the two, interleaved
         for name, arm, module in (('plain', plain, None), ('stamped', ops, stamped)):
             print(f'ctx {ctx} round {rnd} {name}: {step_ms(model, arm, ctx, module):.3f} ms',

@@ -2,15 +2,19 @@
 Session 26: a CUDA split kernel's op table in the step, from the same stamps as the Triton's.
 
 Builds each CUDA split kernel (SOURCES: space-separated NAME=PATH[:FLAG,...], after the colon
-nvcc flags such as -DMIN_BLOCKS=3, or min_chunk=N for the launch's minimum keys a split; default
+nvcc flags such as -DMIN_BLOCKS=3, or min_chunk=N for the launch's minimum keys a split, or
+fused=1 for a source whose physinf_split_fused merges the splits itself (split_merge.cu: no
+reduce kernel after it, and no stamped table, whose ops are the package's six a layer); default
 cuda=split_cuda.cu here) twice with nvcc, plain and with -DMARKS (it then writes session 14's
 timeline.py stamps: the wait reached, released, end, and its marks inside). Then, per ARCH:CTX:
 (1) its attention and the Triton kernels' against float32 (split_cuda_probe.check); (2) the step
-(layers and head, graphed, unstamped) with the package's kernels and with each CUDA split before
-the package's Triton reduce, ROUNDS interleaved rounds; (3) each arm's stamped step: timeline.py's
-per-op table, and layer 1's split programs from their own release (medians), the split holding
-pos, the others with keys, those without, with when they reached the wait and were released
-(median and last, from the first release).
+(layers and head, graphed, unstamped) with the package's kernels on the Triton split (attention
+cuda off: timeline.triton_config) and with each CUDA split before the package's Triton reduce
+(or none, fused), ROUNDS interleaved rounds; (3) each arm's stamped step: timeline.py's per-op
+table, and layer 1's split programs from their own release (medians), the split holding pos,
+the others with keys, those without, with when they reached the wait and were released (median
+and last, from the first release). An arm without min_chunk takes kernels.yaml's (since v31, 64
+for the 8-kv-head shapes of head size 128; runs 2-4 ran with 128 there).
 Usage: [SOURCES=...] cuda_timeline.py ARCH:CTX[,CTX]... (PYTHONPATH the repository root)
 """
 import ctypes
@@ -26,7 +30,7 @@ sys.path.insert(0, os.path.join(HERE, '..', 's25_warp_keys'))
 from physinf_ros.engine import kernels  # noqa: E402
 from split_cuda_probe import check  # noqa: E402
 from timeline import (LAUNCHES, Model, NAMES, op_rows, print_table, SLOT,  # noqa: E402
-                      stamped_module, stamped_windows, step_ms, WIDTH)
+                      stamped_module, stamped_windows, step_ms, triton_config, WIDTH)
 import torch  # noqa: E402
 import triton  # noqa: E402
 
@@ -50,8 +54,11 @@ def cuda_split_ops(module, lib, source):
     """Return a KernelOps of module (kernels, or timeline's stamped copy) with lib's split."""
     settings = dict(f.split('=') for f in source.partition(':')[2].split(',')
                     if f and not f.startswith('-'))
+    fused = settings.get('fused') == '1'
 
     class CudaSplitOps(module.KernelOps):
+        counters = None   # a fused source's arrival counters (one a kv head, zero between)
+        fused_merge = fused
 
         def rope_attention(self, qkv, pos, cos, sin, k_cache, v_cache, num_heads):
             kv_heads, max_context, dim = k_cache.shape
@@ -68,17 +75,26 @@ def cuda_split_ops(module, lib, source):
             stamping = getattr(module, 'STAMPING', None)
             stamps, base = ((stamping.stamps.data_ptr(), stamping.launch()['STAMP_BASE'])
                             if stamping else (None, 0))
+            out = torch.empty(num_heads, dim, device=dev, dtype=torch.float32)
             ptr = [ctypes.c_void_p(t.data_ptr()) for t in
                    (qkv, k_cache, v_cache, pos, cos, sin, maxs, sums, accs)]
-            rc = lib.physinf_split(
-                dim, 1, *ptr, max_context, ctypes.c_float(dim ** -0.5), group, group_p,
-                num_heads, kv_heads, shape.splits, min_chunk, 1, ctypes.c_void_p(stamps),
-                ctypes.c_longlong(base), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+            common = (dim, 1, *ptr, max_context, ctypes.c_float(dim ** -0.5), group, group_p,
+                      num_heads, kv_heads, shape.splits, min_chunk, 1)
+            tail = (ctypes.c_void_p(stamps), ctypes.c_longlong(base),
+                    ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+            if fused:
+                if self.counters is None:   # zeros once, outside any capture; kept at zero
+                    self.counters = torch.zeros(64, device=dev, dtype=torch.int32)
+                assert kv_heads <= len(self.counters)
+                rc = lib.physinf_split_fused(*common, ctypes.c_void_p(out.data_ptr()),
+                                             ctypes.c_void_p(self.counters.data_ptr()), *tail)
+            else:
+                rc = lib.physinf_split(*common, *tail)
             assert rc == 0, lib.physinf_split_error(rc)
-            out = torch.empty(num_heads, dim, device=dev, dtype=torch.float32)
-            module._attn_reduce_kernel[(num_heads,)](maxs, sums, accs, out, group, D=dim,
-                                                     GROUP_P=group_p, SPLITS=shape.splits,
-                                                     num_warps=4, **module._pdl(dev))
+            if not fused:
+                module._attn_reduce_kernel[(num_heads,)](maxs, sums, accs, out, group, D=dim,
+                                                         GROUP_P=group_p, SPLITS=shape.splits,
+                                                         num_warps=4, **module._pdl(dev))
             return out.view(-1)
 
     return CudaSplitOps(module.KernelConfig.for_device(torch.device('cuda')))
@@ -114,8 +130,8 @@ def main():
     dev = torch.device('cuda')
     stamped = stamped_module()
     sources = os.environ.get('SOURCES', 'cuda=' + os.path.join(HERE, 'split_cuda.cu'))
-    plain = {'triton': kernels.KernelOps(kernels.KernelConfig.for_device(dev))}
-    marked = {'triton': stamped.KernelOps(stamped.KernelConfig.for_device(dev))}
+    plain = {'triton': kernels.KernelOps(triton_config(kernels, dev))}
+    marked = {'triton': stamped.KernelOps(triton_config(stamped, dev))}
     for arm in sources.split():
         name, path = arm.split('=', 1)
         plain[name] = cuda_split_ops(kernels, build(path, False), path)
@@ -134,6 +150,8 @@ def main():
                 f'{name} {statistics.median(t):.3f} ms (' + ' '.join(f'{x:.3f}' for x in t) + ')'
                 for name, t in times.items()), flush=True)
             for name, ops in marked.items():
+                if getattr(ops, 'fused_merge', False):
+                    continue
                 launches, win = stamped_windows(stamped, model, ops, ctx)
                 print(f'{arch} ctx {ctx} {name}, stamped: step from first wait to last end '
                       f'{win[-1][3] - win[0][0]:.1f} us')
