@@ -187,15 +187,6 @@ def test_library_lookup_asks_torch_for_the_capability_once_per_device(monkeypatc
     assert q4_cuda.library(torch.device('cuda', 2)) == (8, 9)
 
 
-def test_a_missing_compiler_is_a_reason_not_an_error(monkeypatch, tmp_path):
-    monkeypatch.setattr(cuda_library, 'nvcc', lambda: None)
-    monkeypatch.setenv('PHYSINF_ROS_CACHE', str(tmp_path))
-    library = cuda_library.Library(q4_cuda.SOURCE, (9, 0), q4_cuda._declare)
-    assert library.handle is None
-    assert 'nvcc' in library.reason and 'CUDA_HOME' in library.reason
-    assert 'q4_gemv.cu' in library.reason
-
-
 @pytest.mark.skipif(shutil.which('nvcc') is None and not Path('/usr/local/cuda/bin/nvcc').exists(),
                     reason='needs nvcc (the CUDA toolkit) to compile q4_gemv.cu')
 def test_cuda_source_compiles_for_hopper_without_spills(tmp_path):
