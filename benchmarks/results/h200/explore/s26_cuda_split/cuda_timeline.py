@@ -4,7 +4,7 @@ Session 26: a CUDA split kernel's op table in the step, from the same stamps as 
 Builds each CUDA split kernel (SOURCES: space-separated NAME=PATH[:FLAG,...], after the colon
 nvcc flags such as -DMIN_BLOCKS=3, or min_chunk=N for the launch's minimum keys a split, or
 fused=1 for a source whose physinf_split_fused merges the splits itself (split_merge.cu: no
-reduce kernel after it, and no stamped table, whose ops are the package's six a layer); default
+reduce kernel after it, and a stamped table of five ops a layer); default
 cuda=split_cuda.cu here) twice with nvcc, plain and with -DMARKS (it then writes session 14's
 timeline.py stamps: the wait reached, released, end, and its marks inside). Then, per ARCH:CTX:
 (1) its attention and the Triton kernels' against float32 (split_cuda_probe.check); (2) the step
@@ -29,12 +29,14 @@ sys.path.insert(0, os.path.join(HERE, '..', 's14_timeline'))
 sys.path.insert(0, os.path.join(HERE, '..', 's25_warp_keys'))
 from physinf_ros.engine import kernels  # noqa: E402
 from split_cuda_probe import check  # noqa: E402
+import timeline  # noqa: E402
 from timeline import (LAUNCHES, Model, NAMES, op_rows, print_table, SLOT,  # noqa: E402
                       stamped_module, stamped_windows, step_ms, triton_config, WIDTH)
 import torch  # noqa: E402
 import triton  # noqa: E402
 
 ROUNDS = 5
+NAMES_SIX = list(NAMES)
 
 
 def build(source: str, marks: bool) -> ctypes.CDLL:
@@ -150,13 +152,15 @@ def main():
                 f'{name} {statistics.median(t):.3f} ms (' + ' '.join(f'{x:.3f}' for x in t) + ')'
                 for name, t in times.items()), flush=True)
             for name, ops in marked.items():
-                if getattr(ops, 'fused_merge', False):
-                    continue
+                # A fused source's layer has five ops: timeline's tables read its NAMES.
+                timeline.NAMES[:] = [n for n in NAMES_SIX if n != 'attn reduce'
+                                     or not getattr(ops, 'fused_merge', False)]
                 launches, win = stamped_windows(stamped, model, ops, ctx)
                 print(f'{arch} ctx {ctx} {name}, stamped: step from first wait to last end '
                       f'{win[-1][3] - win[0][0]:.1f} us')
                 print_table(op_rows(win, launches))
                 split_programs(stamped)
+            timeline.NAMES[:] = NAMES_SIX
         del model
         torch.cuda.empty_cache()
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 26, run 11 (prepared, not run: for the next session's first device call): v30f
+# Session 26, run 11 (prepared in session 26, run as session 27's first device call): v30f
 # (split_merge.cu, the splits merged in the kernel's last block of each kv head) against v30e
 # (split_cuda.cu, the package's kernel) and the Triton split, min_chunk 64, at the protocol's
 # lengths (2060 and 16400 keys, not the round 2048 and 16384 of runs 1-4).

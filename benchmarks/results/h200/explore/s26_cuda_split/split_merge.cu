@@ -48,6 +48,7 @@ constexpr int SLICE = 16;                 // keys a warp takes per tile: one mma
 constexpr int TILE = WARPS * SLICE;       // keys per tile (the Triton kernel's block_t)
 constexpr int PAD = 8;                    // elements after each row: conflict-free ldmatrix
 constexpr int MAX_GROUP = 8;              // query heads per kv head (mma rows 0..7 of 16)
+constexpr int MAX_SPLITS = 64;            // splits a kv head (WIDE_MERGE: two a lane)
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS 2
 #endif
@@ -154,6 +155,10 @@ struct Shared {
   __device__ float (*warp_acc(int warp))[D] {
     return reinterpret_cast<float (*)[D]>(&k[0][warp][0][0]);
   }
+  // The merge's weights and totals, in the rings once every warp's loop and partial are done.
+  __device__ float* scratch() { return reinterpret_cast<float*>(&k[0][0][0][0]); }
+  static_assert((MAX_GROUP * MAX_SPLITS + MAX_GROUP) * sizeof(float) <= sizeof(k),
+                "the merge's scratch fits in the key rings");
   static_assert(MAX_GROUP * D * sizeof(float) <= SLICE * (D + PAD) * sizeof(T),
                 "a warp's accumulators fit in its slot");
 };
@@ -170,8 +175,20 @@ __device__ __forceinline__ float rope(float x, float partner, int d, const float
 
 // After a block has written its partial: count it in; the last of the kv head's splits merges
 // them all into out (the group's query heads, D each), as kernels._attn_reduce_kernel.
+// v30f's merge: each thread one output element at a time, every split's max, sum and
+// accumulator read from L2 in turn. With -DWIDE_MERGE (v30g, after run 11 found v30f 14 us a
+// layer slower on the 8B: those reads are a chain of L2 round trips in one block while the GPU
+// waits on it), a warp a query head reads its splits' maxes and sums at once (a lane a split)
+// and leaves the weights in shared memory (scratch: the block's rings, free by now); then each
+// thread reads four outputs' accumulators of every split, 16 splits' loads in flight at once.
+// With -DLATE_TRIGGER as well (v30h, after run 12 found v30g still 7.5 us a layer slower on the
+// 8B, 3 on the 3B and level on the 1B, in step with the size of o_proj's weights): the next
+// kernel is launched by the merging block, not by every block after its wait. Without a reduce
+// kernel between them, o_proj's blocks were placed while the split's were still on the SMs,
+// around them rather than evenly.
 template <int D>
-__device__ __forceinline__ void merge_if_last(int* last, int* __restrict__ counters,
+__device__ __forceinline__ void merge_if_last(int* last, float* scratch,
+                                              int* __restrict__ counters,
                                               const float* maxs, const float* sums,
                                               const float* accs, float* __restrict__ out,
                                               int kv_head, int splits, int group, int group_p) {
@@ -180,8 +197,62 @@ __device__ __forceinline__ void merge_if_last(int* last, int* __restrict__ count
   if (threadIdx.x == 0) *last = atomicAdd(&counters[kv_head], 1) == splits - 1;
   __syncthreads();
   if (!*last) return;
+#ifdef LATE_TRIGGER
+  // Every other block has left: the next kernel's blocks are placed on empty SMs while this
+  // one merges.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
   __threadfence();   // and every other block's to this one
   const size_t rows = (size_t)kv_head * splits * group_p;
+#ifdef WIDE_MERGE
+  float* weights = scratch;                            // [group][splits]
+  float* totals = scratch + MAX_GROUP * MAX_SPLITS;   // [group]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int g = warp; g < group; g += WARPS) {
+    float m[MAX_SPLITS / 32], m_max = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < MAX_SPLITS / 32; ++k) {
+      const int sp = lane + 32 * k;
+      m[k] = sp < splits ? __ldcg(&maxs[rows + (size_t)sp * group_p + g]) : -INFINITY;
+      m_max = fmaxf(m_max, m[k]);
+    }
+#pragma unroll
+    for (int offset = 16; offset; offset /= 2)
+      m_max = fmaxf(m_max, __shfl_xor_sync(0xffffffff, m_max, offset));
+    float total = 0.f;
+#pragma unroll
+    for (int k = 0; k < MAX_SPLITS / 32; ++k) {
+      const int sp = lane + 32 * k;
+      if (sp < splits) {
+        const float weight = __expf(m[k] - m_max);
+        weights[g * splits + sp] = weight;
+        total = fmaf(__ldcg(&sums[rows + (size_t)sp * group_p + g]), weight, total);
+      }
+    }
+#pragma unroll
+    for (int offset = 16; offset; offset /= 2)
+      total += __shfl_xor_sync(0xffffffff, total, offset);
+    if (lane == 0) totals[g] = total;
+  }
+  __syncthreads();
+  for (int o = threadIdx.x * 4; o < group * D; o += THREADS * 4) {
+    const int g = o / D, d = o % D;
+    float4 value = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 16
+    for (int sp = 0; sp < splits; ++sp) {
+      const float4 acc = __ldcg(reinterpret_cast<const float4*>(
+          &accs[(rows + (size_t)sp * group_p + g) * D + d]));
+      const float weight = weights[g * splits + sp];
+      value.x = fmaf(acc.x, weight, value.x);
+      value.y = fmaf(acc.y, weight, value.y);
+      value.z = fmaf(acc.z, weight, value.z);
+      value.w = fmaf(acc.w, weight, value.w);
+    }
+    const float total = totals[g];
+    *reinterpret_cast<float4*>(&out[((size_t)kv_head * group + g) * D + d]) =
+        make_float4(value.x / total, value.y / total, value.z / total, value.w / total);
+  }
+#else
   for (int o = threadIdx.x; o < group * D; o += THREADS) {
     const int g = o / D, d = o % D;
     float m_max = -INFINITY;
@@ -197,6 +268,7 @@ __device__ __forceinline__ void merge_if_last(int* last, int* __restrict__ count
     }
     out[((size_t)kv_head * group + g) * D + d] = value / total;
   }
+#endif
   if (threadIdx.x == 0) counters[kv_head] = 0;   // ready for the next launch
 }
 
@@ -230,7 +302,8 @@ split_kernel(const float* __restrict__ qkv, T* __restrict__ k_cache, T* __restri
         sums[row0 + o / D] = 0.f;
       }
     }
-    merge_if_last<D>(&s.last, counters, maxs, sums, accs, out, kv_head, splits, group, group_p);
+    merge_if_last<D>(&s.last, s.scratch(), counters, maxs, sums, accs, out, kv_head, splits,
+                   group, group_p);
     return;
   }
   constexpr int ROW_COPIES = D * sizeof(T) / 16;   // 16-byte copies per row
@@ -262,7 +335,9 @@ split_kernel(const float* __restrict__ qkv, T* __restrict__ k_cache, T* __restri
   MARK(0);
   if (pdl) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#ifndef LATE_TRIGGER
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
   }
   MARK(1);
   // Every read of qkv at once, into registers: the group's query elements and their partners,
@@ -427,7 +502,8 @@ split_kernel(const float* __restrict__ qkv, T* __restrict__ k_cache, T* __restri
       sums[row0 + g] = total;
     }
   }
-  merge_if_last<D>(&s.last, counters, maxs, sums, accs, out, kv_head, splits, group, group_p);
+  merge_if_last<D>(&s.last, s.scratch(), counters, maxs, sums, accs, out, kv_head, splits,
+                   group, group_p);
   MARK(2);
 }
 
@@ -468,7 +544,8 @@ extern "C" int physinf_split_fused(int head_dim, int bf16, const float* qkv, voi
                              int group, int group_p, int num_heads, int kv_heads, int splits,
                              int min_chunk, int pdl, float* out, int* counters,
                              long long* stamps, long long stamp_base, void* stream) {
-  if (group < 1 || group > MAX_GROUP || !bf16) return (int)cudaErrorInvalidValue;
+  if (group < 1 || group > MAX_GROUP || splits > MAX_SPLITS || !bf16)
+    return (int)cudaErrorInvalidValue;
   cudaStream_t st = (cudaStream_t)stream;
   if (head_dim == 128)
     return launch<128, __nv_bfloat16, 2>(qkv, k_cache, v_cache, pos, cos, sin, maxs, sums, accs,
