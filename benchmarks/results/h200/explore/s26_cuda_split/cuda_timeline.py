@@ -3,6 +3,8 @@ Session 26: a CUDA split kernel's op table in the step, from the same stamps as 
 
 Builds each CUDA split kernel (SOURCES: space-separated NAME=PATH[:FLAG,...], after the colon
 nvcc flags such as -DMIN_BLOCKS=3, or min_chunk=N for the launch's minimum keys a split, or
+splits=N for its grid's splits a kv head (and the reduce's; kernels.yaml's if not given), or
+masked=1 for a reduce kernel that reads only the splits holding keys (no stamped table), or
 fused=1 for a source whose physinf_split_fused merges the splits itself (split_merge.cu: no
 reduce kernel after it, and a stamped table of five ops a layer); default
 cuda=split_cuda.cu here) twice with nvcc, plain and with -DMARKS (it then writes session 14's
@@ -34,9 +36,34 @@ from timeline import (LAUNCHES, Model, NAMES, op_rows, print_table, SLOT,  # noq
                       stamped_module, stamped_windows, step_ms, triton_config, WIDTH)
 import torch  # noqa: E402
 import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: E402
 
 ROUNDS = 5
 NAMES_SIX = list(NAMES)
+
+
+@triton.jit
+def _masked_reduce(MAXS, SUMS, ACCS, OUT, POS, group, KEY_SPLITS: tl.constexpr,
+                   MIN_CHUNK: tl.constexpr, TILE: tl.constexpr, D: tl.constexpr,
+                   GROUP_P: tl.constexpr, SPLITS: tl.constexpr):
+    # kernels._attn_reduce_kernel reading only the splits that hold keys (the others' partials
+    # weigh nothing): their count from pos, read before the wait as the split kernel reads it.
+    length = tl.load(POS) + 1
+    chunk = tl.cdiv(tl.maximum(tl.cdiv(length, KEY_SPLITS), MIN_CHUNK), TILE) * TILE
+    used = tl.cdiv(length, chunk)
+    gdc_wait()
+    gdc_launch_dependents()
+    head = tl.program_id(0)
+    d = tl.arange(0, D)
+    split = tl.arange(0, SPLITS)
+    live = split < used
+    index = ((head // group) * SPLITS + split) * GROUP_P + head % group
+    m = tl.load(MAXS + index, mask=live, other=float('-inf'))
+    weight = tl.exp(m - tl.max(m, axis=0))
+    total = tl.sum(tl.load(SUMS + index, mask=live, other=0.0) * weight, axis=0)
+    acc = tl.load(ACCS + index[:, None] * D + d[None, :], mask=live[:, None], other=0.0)
+    tl.store(OUT + head * D + d, tl.sum(acc * weight[:, None], axis=0) / total)
 
 
 def build(source: str, marks: bool) -> ctypes.CDLL:
@@ -57,10 +84,13 @@ def cuda_split_ops(module, lib, source):
     settings = dict(f.split('=') for f in source.partition(':')[2].split(',')
                     if f and not f.startswith('-'))
     fused = settings.get('fused') == '1'
+    masked = settings.get('masked') == '1'
+    key_splits = [int(f.split('=')[1]) for f in source.split(',') if f.startswith('-DKEY_SPLITS=')]
 
     class CudaSplitOps(module.KernelOps):
         counters = None   # a fused source's arrival counters (one a kv head, zero between)
         fused_merge = fused
+        masked_reduce = masked
 
         def rope_attention(self, qkv, pos, cos, sin, k_cache, v_cache, num_heads):
             kv_heads, max_context, dim = k_cache.shape
@@ -68,11 +98,12 @@ def cuda_split_ops(module, lib, source):
             group_p = max(16, triton.next_power_of_2(group))
             shape = self.config.attention_for(kv_heads, dim)
             min_chunk = int(settings.get('min_chunk', shape.min_chunk))
+            splits = int(settings.get('splits', shape.splits))
             dev = qkv.device
-            maxs = torch.empty(kv_heads * shape.splits * group_p, device=dev,
+            maxs = torch.empty(kv_heads * splits * group_p, device=dev,
                                dtype=torch.float32)
             sums = torch.empty_like(maxs)
-            accs = torch.empty(kv_heads * shape.splits * group_p, dim, device=dev,
+            accs = torch.empty(kv_heads * splits * group_p, dim, device=dev,
                                dtype=torch.float32)
             stamping = getattr(module, 'STAMPING', None)
             stamps, base = ((stamping.stamps.data_ptr(), stamping.launch()['STAMP_BASE'])
@@ -81,7 +112,7 @@ def cuda_split_ops(module, lib, source):
             ptr = [ctypes.c_void_p(t.data_ptr()) for t in
                    (qkv, k_cache, v_cache, pos, cos, sin, maxs, sums, accs)]
             common = (dim, 1, *ptr, max_context, ctypes.c_float(dim ** -0.5), group, group_p,
-                      num_heads, kv_heads, shape.splits, min_chunk, 1)
+                      num_heads, kv_heads, splits, min_chunk, 1)
             tail = (ctypes.c_void_p(stamps), ctypes.c_longlong(base),
                     ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
             if fused:
@@ -93,9 +124,15 @@ def cuda_split_ops(module, lib, source):
             else:
                 rc = lib.physinf_split(*common, *tail)
             assert rc == 0, lib.physinf_split_error(rc)
-            if not fused:
+            if masked:
+                _masked_reduce[(num_heads,)](maxs, sums, accs, out, pos, group,
+                                             KEY_SPLITS=(key_splits or [splits])[0],
+                                             MIN_CHUNK=min_chunk, TILE=64, D=dim,
+                                             GROUP_P=group_p, SPLITS=splits, num_warps=4,
+                                             launch_pdl=True)
+            elif not fused:
                 module._attn_reduce_kernel[(num_heads,)](maxs, sums, accs, out, group, D=dim,
-                                                         GROUP_P=group_p, SPLITS=shape.splits,
+                                                         GROUP_P=group_p, SPLITS=splits,
                                                          num_warps=4, **module._pdl(dev))
             return out.view(-1)
 
@@ -152,6 +189,8 @@ def main():
                 f'{name} {statistics.median(t):.3f} ms (' + ' '.join(f'{x:.3f}' for x in t) + ')'
                 for name, t in times.items()), flush=True)
             for name, ops in marked.items():
+                if getattr(ops, 'masked_reduce', False):
+                    continue   # its reduce kernel is not stamped: no table
                 # A fused source's layer has five ops: timeline's tables read its NAMES.
                 timeline.NAMES[:] = [n for n in NAMES_SIX if n != 'attn reduce'
                                      or not getattr(ops, 'fused_merge', False)]

@@ -46,6 +46,12 @@ constexpr int MAX_GROUP = 8;              // query heads per kv head (mma rows 0
 #ifndef SM_BLOCKS
 #define SM_BLOCKS 0
 #endif
+// Session 27: -DKEY_SPLITS=N spreads the keys over at most N of the grid's splits (the rest
+// write partials of no weight and leave), so a grid of 64 splits takes one tile a split just
+// past 2048 keys and at most N * kv_heads blocks with keys at 16384. 0: all of them.
+#ifndef KEY_SPLITS
+#define KEY_SPLITS 0
+#endif
 
 template <typename T> __device__ __forceinline__ float round_to(float x);
 template <> __device__ __forceinline__ float round_to<__nv_bfloat16>(float x) {
@@ -175,7 +181,7 @@ split_kernel(const float* __restrict__ qkv, T* __restrict__ k_cache, T* __restri
   // first tiles are read before the wait. Row pos is stale until this step writes it: the warp
   // whose slice holds it puts k_new and v_new there in shared memory.
   const int length = *pos_ptr + 1, pos = length - 1;
-  const int chunk = chunk_of(length, splits, min_chunk);
+  const int chunk = chunk_of(length, KEY_SPLITS ? KEY_SPLITS : splits, min_chunk);
   const int start = split * chunk, end = min(start + chunk, length);
   const int tiles = start < length ? (end - start + TILE - 1) / TILE : 0;
   const size_t head_base = (size_t)kv_head * max_context * D;
