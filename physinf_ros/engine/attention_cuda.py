@@ -34,8 +34,8 @@ def _declare(handle: ctypes.CDLL) -> None:
 LIBRARIES = Libraries(lambda capability: Library(SOURCE, capability, _declare))
 
 
-def supported(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, k_cache: torch.Tensor,
-              v_cache: torch.Tensor, num_heads: int) -> bool:
+def supported(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+              k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int) -> bool:
     """
     Say whether attention_split.cu takes this attention.
 
@@ -48,8 +48,8 @@ def supported(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, k_cache: 
     return (k_cache.dtype in (torch.float16, torch.bfloat16) and v_cache.dtype == k_cache.dtype
             and dim in HEAD_DIMS and num_heads % kv_heads == 0
             and num_heads // kv_heads <= MAX_GROUP and qkv.dtype == torch.float32
-            and cos.dtype == torch.float32 and pos.dtype == torch.int32
-            and all(t.is_contiguous() for t in (qkv, cos, *caches))
+            and cos.dtype == sin.dtype == torch.float32 and pos.dtype == torch.int32
+            and all(t.is_contiguous() for t in (qkv, cos, sin, *caches))
             and all(t.data_ptr() % 16 == 0 for t in caches))
 
 

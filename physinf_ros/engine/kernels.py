@@ -199,13 +199,14 @@ class KernelConfig:
                                          for key, shape in self.attention_shapes.items()})
 
     def attention_cuda_path(self, qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor,
-                            k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int) -> bool:
+                            sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                            num_heads: int) -> bool:
         """Whether this attention's split runs attention_split.cu: set, a GPU that has it."""
         kv_heads, _, dim = k_cache.shape
         if INTERPRET or qkv.device.type != 'cuda' or not self.attention_for(kv_heads, dim).cuda:
             return False
         from . import attention_cuda
-        return (attention_cuda.supported(qkv, pos, cos, k_cache, v_cache, num_heads)
+        return (attention_cuda.supported(qkv, pos, cos, sin, k_cache, v_cache, num_heads)
                 and not attention_cuda.unavailable(qkv.device))
 
     def attention_kernel_note(self, kv_heads: int, head_dim: int, device: torch.device) -> str:
@@ -987,7 +988,7 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
     dot = tl.float32 if INTERPRET else _TL_DTYPES[k_cache.dtype]
     precision = 'ieee' if dot == tl.float32 else 'tf32'  # ignored for 16-bit operands
     pdl = _pdl(device)
-    if config.attention_cuda_path(qkv, pos, cos, k_cache, v_cache, num_heads):
+    if config.attention_cuda_path(qkv, pos, cos, sin, k_cache, v_cache, num_heads):
         from . import attention_cuda
         attention_cuda.split(qkv, pos, cos, sin, k_cache, v_cache, maxs, sums, accs, num_heads,
                              group_p, splits, min_chunk)

@@ -60,7 +60,7 @@ def test_cuda_split_is_as_close_to_float32_as_the_triton_kernel(heads, kv_heads,
         out, written = {}, {}
         for name, config in configs.items():
             k, v = cache.k[0].clone(), cache.v[0].clone()
-            assert config.attention_cuda_path(qkv, pos, cos, k, v, heads) == (name == 'cuda')
+            assert config.attention_cuda_path(qkv, pos, cos, sin, k, v, heads) == (name == 'cuda')
             out[name] = kernels.rope_attention(qkv, pos, cos, sin, k, v, heads, config)
             written[name] = (k, v)
         error, triton_error = rel(out['cuda'], ref), rel(out['triton'], ref)
@@ -145,15 +145,20 @@ def test_the_switch_is_an_ab_flag_and_the_cpu_never_takes_the_cuda_path():
     note = config.attention_kernel_note(8, 128, torch.device('cpu'))
     assert 'Triton kernel, the CUDA kernel is unavailable: not a CUDA device' in note
     k = torch.zeros(8, 64, 128, dtype=torch.bfloat16)
-    qkv, pos, cos = torch.zeros(48 * 128), torch.zeros(1, dtype=torch.int32), torch.zeros(64, 64)
-    assert attention_cuda.supported(qkv, pos, cos, k, k.clone(), 32)
-    assert not config.attention_cuda_path(qkv, pos, cos, k, k.clone(), 32)   # not a GPU
+    qkv, pos = torch.zeros(48 * 128), torch.zeros(1, dtype=torch.int32)
+    cos, sin = torch.zeros(64, 64), torch.zeros(64, 64)
+    assert attention_cuda.supported(qkv, pos, cos, sin, k, k.clone(), 32)
+    assert not config.attention_cuda_path(qkv, pos, cos, sin, k, k.clone(), 32)   # not a GPU
     # Shapes it does not instantiate go to the Triton kernel.
-    assert not attention_cuda.supported(qkv, pos, cos, k.float(), k.float(), 32)   # float32
-    assert not attention_cuda.supported(qkv, pos, cos, k, k.clone(), 80)   # 10 a kv head
-    assert not attention_cuda.supported(qkv, pos.long(), cos, k, k.clone(), 32)
+    assert not attention_cuda.supported(qkv, pos, cos, sin, k.float(), k.float(), 32)   # float32
+    assert not attention_cuda.supported(qkv, pos, cos, sin, k, k.clone(), 80)   # 10 a kv head
+    assert not attention_cuda.supported(qkv, pos.long(), cos, sin, k, k.clone(), 32)
     odd = torch.zeros(8, 64, 96, dtype=torch.bfloat16)
-    assert not attention_cuda.supported(torch.zeros(48 * 96), pos, cos, odd, odd.clone(), 32)
+    assert not attention_cuda.supported(torch.zeros(48 * 96), pos, cos, sin, odd, odd.clone(), 32)
+    # Both RoPE tables are read as contiguous float32 rows.
+    assert not attention_cuda.supported(qkv, pos, cos, sin.double(), k, k.clone(), 32)
+    assert not attention_cuda.supported(qkv, pos, cos, sin.t(), k, k.clone(), 32)
+    assert not attention_cuda.supported(qkv, pos, cos.t(), sin, k, k.clone(), 32)
 
 
 @pytest.mark.skipif(shutil.which('nvcc') is None and not Path('/usr/local/cuda/bin/nvcc').exists(),
