@@ -55,9 +55,7 @@ def supported(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torc
 
 def unavailable(device: torch.device) -> str:
     """Return why the CUDA split kernel cannot run on device ('' when it can)."""
-    if device.type != 'cuda':
-        return 'not a CUDA device'
-    return LIBRARIES.get(device).reason
+    return LIBRARIES.unavailable(device)
 
 
 def split(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,

@@ -98,3 +98,9 @@ class Libraries:
                 self.by_arch[capability] = self.make(capability)
             self.by_device[index] = self.by_arch[capability]
         return self.by_device[index]
+
+    def unavailable(self, device: torch.device) -> str:
+        """Return why this source's kernels cannot run on device ('' when they can)."""
+        if device.type != 'cuda':
+            return 'not a CUDA device'
+        return self.get(device).reason

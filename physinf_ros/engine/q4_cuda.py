@@ -112,9 +112,7 @@ def library(device: torch.device) -> Library:
 
 def unavailable(device: torch.device) -> str:
     """Return why the CUDA 4-bit kernels cannot run on device ('' when they can)."""
-    if device.type != 'cuda':
-        return 'not a CUDA device'
-    return library(device).reason
+    return LIBRARIES.unavailable(device)
 
 
 def gemv(w: PackedLinear, x: torch.Tensor, y: torch.Tensor, norm_w: Optional[torch.Tensor],
