@@ -231,9 +231,9 @@ def stamped_windows(stamped, model, ops, ctx):
     return launches[skipped:], win[skipped:]
 
 
-def op_rows(win, launches):
+def op_rows(win, launches, names=NAMES):
     """Return per op: medians over layers 1.. of four spans, and its programs; the head last."""
-    per_layer = len(NAMES)
+    per_layer = len(names)
     layers = (len(launches) - 1) // per_layer
     out = []
     for j in range(per_layer):
@@ -250,10 +250,10 @@ def op_rows(win, launches):
     return out
 
 
-def print_table(rows):
+def print_table(rows, names=NAMES):
     print('op | programs | boundary: first release - previous last end | first to last release '
           '| release to last end | op total (previous end to end), us (median over layers 1..)')
-    for name, r in zip(NAMES + ['head'], rows):
+    for name, r in zip(names + ['head'], rows):
         print(f'{name} | {r[4]} | {r[0]:.2f} | {r[1]:.2f} | {r[2]:.2f} | {r[3]:.2f}')
 
 

@@ -125,6 +125,17 @@ def check(arch, ops_by_name, dev):
         print(f'{arch} length {length}: ' + ', '.join(line), flush=True)
 
 
+def time_arms(model, arms, arch, ctx):
+    """Print each arm's step (ROUNDS rounds, the arms' order reversed every other round)."""
+    times = {name: [] for name in arms}
+    for rnd in range(ROUNDS):
+        for name in (list(arms) if rnd % 2 == 0 else list(arms)[::-1]):
+            times[name].append(step_ms(model, arms[name], ctx))
+    print(f'{arch} ctx {ctx}: ' + '; '.join(
+        f'{name} {statistics.median(t):.3f} ms (' + ' '.join(f'{x:.3f}' for x in t) + ')'
+        for name, t in times.items()), flush=True)
+
+
 def main():
     dev = torch.device('cuda')
     config = kernels.KernelConfig.for_device(dev)
@@ -139,13 +150,7 @@ def main():
         check(arch, arms, dev)
         model = Model(arch, max(contexts), dev)
         for ctx in contexts:
-            times = {name: [] for name in arms}
-            for rnd in range(ROUNDS):
-                for name in (list(arms) if rnd % 2 == 0 else list(arms)[::-1]):
-                    times[name].append(step_ms(model, arms[name], ctx))
-            print(f'{arch} ctx {ctx}: ' + '; '.join(
-                f'{name} {statistics.median(t):.3f} ms (' + ' '.join(f'{x:.3f}' for x in t) + ')'
-                for name, t in times.items()), flush=True)
+            time_arms(model, arms, arch, ctx)
             for name, ops in arms.items():
                 if MARKS and isinstance(ops, CudaSplitOps):
                     step_ms(model, ops, ctx)

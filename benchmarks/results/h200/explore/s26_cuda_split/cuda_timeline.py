@@ -1,27 +1,26 @@
 """
 Session 26: a CUDA split kernel's op table in the step, from the same stamps as the Triton's.
 
-Builds each CUDA split kernel (SOURCES: space-separated NAME=PATH[:FLAG,...], after the colon
-nvcc flags such as -DMIN_BLOCKS=3, or min_chunk=N for the launch's minimum keys a split, or
-splits=N for its grid's splits a kv head (and the reduce's; kernels.yaml's if not given), or
-masked=1 for a reduce kernel that reads only the splits holding keys (no stamped table), or
-fused=1 for a source whose physinf_split_fused merges the splits itself (split_merge.cu: no
-reduce kernel after it, and a stamped table of five ops a layer); default
-cuda=split_cuda.cu here) twice with nvcc, plain and with -DMARKS (it then writes session 14's
-timeline.py stamps: the wait reached, released, end, and its marks inside). Then, per ARCH:CTX:
-(1) its attention and the Triton kernels' against float32 (split_cuda_probe.check); (2) the step
-(layers and head, graphed, unstamped) with the package's kernels on the Triton split (attention
-cuda off: timeline.triton_config) and with each CUDA split before the package's Triton reduce
-(or none, fused), ROUNDS interleaved rounds; (3) each arm's stamped step: timeline.py's per-op
-table, and layer 1's split programs from their own release (medians), the split holding pos,
-the others with keys, those without, with when they reached the wait and were released (median
-and last, from the first release). An arm without min_chunk takes kernels.yaml's (since v31, 64
-for the 8-kv-head shapes of head size 128; runs 2-4 ran with 128 there).
+Builds each CUDA split kernel (SOURCES: space-separated NAME=PATH[:FLAG,...], after the colon nvcc
+flags such as -DMIN_BLOCKS=3, or min_chunk=N for the launch's minimum keys a split, or splits=N for
+its grid's splits a kv head (and the reduce's; kernels.yaml's if not given), or masked=1 for a
+reduce kernel that reads only the splits holding keys (no stamped table), or fused=1 for a source
+whose physinf_split_fused merges the splits itself (split_merge.cu: no reduce kernel after it, and
+a stamped table of five ops a layer); default cuda=split_cuda.cu here) twice with nvcc, plain and
+with -DMARKS (it then writes session 14's timeline.py stamps: the wait reached, released, end, and
+its marks inside). Then, per ARCH:CTX: (1) its attention and the Triton kernels' against float32
+(split_cuda_probe.check); (2) the step (layers and head, graphed, unstamped) with the package's
+kernels on the Triton split (attention cuda off: timeline.triton_config) and with each CUDA split
+before the package's Triton reduce (or none, fused), split_cuda_probe.time_arms' interleaved
+rounds; (3) each arm's stamped step: timeline.py's per-op table, and layer 1's split programs from
+their own release (medians), the split holding pos, the others with keys, those without, with when
+they reached the wait and were released (median and last, from the first release). An arm without
+min_chunk takes kernels.yaml's (since v31, 64 for the 8-kv-head shapes of head size 128; runs 2-4
+ran with 128 there).
 Usage: [SOURCES=...] cuda_timeline.py ARCH:CTX[,CTX]... (PYTHONPATH the repository root)
 """
 import ctypes
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,17 +29,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', 's14_timeline'))
 sys.path.insert(0, os.path.join(HERE, '..', 's25_warp_keys'))
 from physinf_ros.engine import kernels  # noqa: E402
-from split_cuda_probe import check  # noqa: E402
-import timeline  # noqa: E402
+from split_cuda_probe import check, time_arms  # noqa: E402
 from timeline import (LAUNCHES, Model, NAMES, op_rows, print_table, SLOT,  # noqa: E402
-                      stamped_module, stamped_windows, step_ms, triton_config, WIDTH)
+                      stamped_module, stamped_windows, triton_config, WIDTH)
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: E402
-
-ROUNDS = 5
-NAMES_SIX = list(NAMES)
 
 
 @triton.jit
@@ -139,14 +134,14 @@ def cuda_split_ops(module, lib, source):
     return CudaSplitOps(module.KernelConfig.for_device(torch.device('cuda')))
 
 
-def split_programs(stamped):
+def split_programs(stamped, ops_a_layer):
     """
     Print layer 1's split programs, medians from each one's release.
 
     Queries rotated, first tile attended, loop done and end, for the split holding pos, the
     other splits with keys and the splits without (v30e's leave no stamps).
     """
-    split = len(NAMES) + 1 + stamped.STAMPING.skipped
+    split = ops_a_layer + 1 + stamped.STAMPING.skipped
     rows = stamped.STAMPING.stamps.view(LAUNCHES, SLOT, WIDTH)[split].cpu()
     rows = rows[rows[:, 0] > 0]
     first = rows[:, 1].min()
@@ -181,25 +176,18 @@ def main():
         check(arch, plain, dev)
         model = Model(arch, max(contexts), dev)
         for ctx in contexts:
-            times = {name: [] for name in plain}
-            for rnd in range(ROUNDS):
-                for name in (list(plain) if rnd % 2 == 0 else list(plain)[::-1]):
-                    times[name].append(step_ms(model, plain[name], ctx))
-            print(f'{arch} ctx {ctx}: ' + '; '.join(
-                f'{name} {statistics.median(t):.3f} ms (' + ' '.join(f'{x:.3f}' for x in t) + ')'
-                for name, t in times.items()), flush=True)
+            time_arms(model, plain, arch, ctx)
             for name, ops in marked.items():
                 if getattr(ops, 'masked_reduce', False):
                     continue   # its reduce kernel is not stamped: no table
-                # A fused source's layer has five ops: timeline's tables read its NAMES.
-                timeline.NAMES[:] = [n for n in NAMES_SIX if n != 'attn reduce'
-                                     or not getattr(ops, 'fused_merge', False)]
+                # A fused source's layer has five ops, no reduce.
+                names = [n for n in NAMES if n != 'attn reduce'
+                         or not getattr(ops, 'fused_merge', False)]
                 launches, win = stamped_windows(stamped, model, ops, ctx)
                 print(f'{arch} ctx {ctx} {name}, stamped: step from first wait to last end '
                       f'{win[-1][3] - win[0][0]:.1f} us')
-                print_table(op_rows(win, launches))
-                split_programs(stamped)
-            timeline.NAMES[:] = NAMES_SIX
+                print_table(op_rows(win, launches, names), names)
+                split_programs(stamped, len(names))
         del model
         torch.cuda.empty_cache()
 
