@@ -1,0 +1,151 @@
+"""
+Session 28: the dense GEMVs with arrival counters in place of PDL's wait (v32, explore only).
+
+A producer GEMV's program, after its stores (or its atomic adds into the residual), adds one to
+the counter of the part of the output its rows fall in: a block-wide barrier, then one release
+add at gpu scope (CUTLASS's semaphore pattern). A consumer GEMV does not wait for its
+predecessor to end: before the tile of inputs [k0, k0 + BLOCK_K) it makes sure every part up to
+there is complete, reading all of its counters at once with acquire adds of 0 and keeping how
+far the complete prefix reaches, so it reads them again only when a tile passes that point
+(once, when the producer has long ended). Its input loads go to L2 (.cg): another SM wrote them.
+The kernels are kernels.py's _matvec_kernel and _gate_up_kernel with those two additions; their
+arithmetic and order are the same, so their results equal the package's bit for bit where K is
+not split. A consumer launches (PDL) only once all of its producer's programs have started, and
+waits only for that producer: no program waits for one that cannot run.
+"""
+from physinf_ros.engine.kernels import _inv_rms, _load, _tile
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+
+@triton.jit
+def _start(PDL: tl.constexpr, GATED: tl.constexpr):
+    # A consumer with counters launches its next kernel at once and waits for nothing here.
+    if PDL:
+        if not GATED:
+            gdc_wait()
+        gdc_launch_dependents()
+
+
+@triton.jit
+def _ready_to(COUNT_IN, PART_IN, TARGET_IN, N_PARTS, PARTS: tl.constexpr, need):
+    # Spin until the complete prefix of parts covers `need` inputs; return how far it reaches.
+    idx = tl.arange(0, PARTS)
+    done = 0
+    while done < need:
+        counts = tl.atomic_add(COUNT_IN + idx, 0, mask=idx < N_PARTS, sem='acquire',
+                               scope='gpu')
+        complete = (counts >= TARGET_IN) | (idx >= N_PARTS)
+        first_missing = tl.min(tl.where(complete, PARTS, idx), axis=0)
+        done = first_missing * PART_IN
+    return done
+
+
+@triton.jit
+def _arrive(COUNT_OUT, row0, PART_OUT):
+    # Every thread's stores, then one release add: the part's consumers may read them.
+    tl.debug_barrier()
+    tl.atomic_add(COUNT_OUT + row0 // PART_OUT, 1, sem='release', scope='gpu')
+
+
+@triton.jit
+def _x(X, cols, mask, GATED: tl.constexpr, EVEN: tl.constexpr):
+    if GATED:
+        if EVEN:
+            return tl.load(X + cols, cache_modifier='.cg')
+        return tl.load(X + cols, mask=mask, other=0.0, cache_modifier='.cg')
+    return _load(X + cols, mask, EVEN)
+
+
+@triton.jit
+def counted_matvec_kernel(W, X, Y, NORM, BIAS, N, K, eps, COUNT_IN, PART_IN, TARGET_IN,
+                          N_PARTS, COUNT_OUT, PART_OUT,
+                          HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr,
+                          ACCUMULATE: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, EVEN: tl.constexpr,
+                          STREAM: tl.constexpr, AHEAD: tl.constexpr, PDL: tl.constexpr,
+                          GATED: tl.constexpr, PARTS: tl.constexpr, SIGNAL: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_mask = rows < N
+    k_len = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
+    k_start = tl.program_id(1) * k_len
+    k_end = tl.minimum(k_start + k_len, K)
+    w_rows = W + rows.to(tl.int64)[:, None] * K
+    w_next = _tile(w_rows, row_mask, k_start, k_end, BLOCK_K, EVEN, STREAM)
+    if AHEAD >= 2:
+        w_next2 = _tile(w_rows, row_mask, k_start + BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
+    _start(PDL, GATED)
+    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    squares = tl.zeros([BLOCK_K], dtype=tl.float32)
+    ready = 0
+    for k0 in range(k_start, k_end, BLOCK_K):
+        w = w_next
+        if AHEAD == 1:
+            w_next = _tile(w_rows, row_mask, k0 + BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
+        else:
+            w_next = w_next2
+            w_next2 = _tile(w_rows, row_mask, k0 + 2 * BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
+        if GATED:
+            need = tl.minimum(k0 + BLOCK_K, k_end)
+            if need > ready:
+                ready = _ready_to(COUNT_IN, PART_IN, TARGET_IN, N_PARTS, PARTS, need)
+        cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
+        if HAS_NORM:
+            xr = _x(X, cols, cols < k_end, GATED, EVEN).to(tl.float32)
+            squares += xr * xr
+            x = xr * _load(NORM + cols, cols < k_end, EVEN).to(tl.float32)
+        else:
+            x = _x(X, cols, cols < k_end, GATED, EVEN).to(W.dtype.element_ty).to(tl.float32)
+        acc += w.to(tl.float32) * x[None, :]
+    y = tl.sum(acc, axis=1)
+    if HAS_NORM:
+        y *= _inv_rms(squares, K, eps)
+    if ACCUMULATE:
+        tl.atomic_add(Y + rows, y, mask=row_mask)
+    else:
+        if HAS_BIAS:
+            y += tl.load(BIAS + rows, mask=row_mask, other=0.0).to(tl.float32)
+        tl.store(Y + rows, y, mask=row_mask)
+    if SIGNAL:
+        _arrive(COUNT_OUT, tl.program_id(0) * BLOCK_N, PART_OUT)
+
+
+@triton.jit
+def counted_gate_up_kernel(W, X, Y, NORM, N, K, eps, COUNT_IN, PART_IN, TARGET_IN, N_PARTS,
+                           COUNT_OUT, PART_OUT, ROW_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr,
+                           BLOCK_K: tl.constexpr, EVEN: tl.constexpr, STREAM: tl.constexpr,
+                           PDL: tl.constexpr, GATED: tl.constexpr, PARTS: tl.constexpr,
+                           SIGNAL: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_mask = rows < N
+    gate_index = (rows // ROW_BLOCK) * 2 * ROW_BLOCK + rows % ROW_BLOCK
+    gate_rows = W + gate_index.to(tl.int64)[:, None] * K
+    up_rows = gate_rows + ROW_BLOCK * K
+    gate_next = _tile(gate_rows, row_mask, 0, K, BLOCK_K, EVEN, STREAM)
+    up_next = _tile(up_rows, row_mask, 0, K, BLOCK_K, EVEN, STREAM)
+    _start(PDL, GATED)
+    acc_gate = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    acc_up = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    squares = tl.zeros([BLOCK_K], dtype=tl.float32)
+    ready = 0
+    for k0 in range(0, K, BLOCK_K):
+        w_gate, w_up = gate_next, up_next
+        gate_next = _tile(gate_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
+        up_next = _tile(up_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
+        if GATED:
+            need = tl.minimum(k0 + BLOCK_K, K)
+            if need > ready:
+                ready = _ready_to(COUNT_IN, PART_IN, TARGET_IN, N_PARTS, PARTS, need)
+        cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
+        xr = _x(X, cols, cols < K, GATED, EVEN).to(tl.float32)
+        squares += xr * xr
+        x = xr * _load(NORM + cols, cols < K, EVEN).to(tl.float32)
+        acc_gate += w_gate.to(tl.float32) * x[None, :]
+        acc_up += w_up.to(tl.float32) * x[None, :]
+    inv_rms = _inv_rms(squares, K, eps)
+    gate = tl.sum(acc_gate, axis=1) * inv_rms
+    up = tl.sum(acc_up, axis=1) * inv_rms
+    tl.store(Y + rows, gate * tl.sigmoid(gate) * up, mask=row_mask)
+    if SIGNAL:
+        _arrive(COUNT_OUT, tl.program_id(0) * BLOCK_N, PART_OUT)
