@@ -5,9 +5,11 @@ A producer GEMV's program, after its stores (or its atomic adds into the residua
 the counter of the part of the output its rows fall in: a block-wide barrier, then one release
 add at gpu scope (CUTLASS's semaphore pattern). A consumer GEMV does not wait for its
 predecessor to end: before the tile of inputs [k0, k0 + BLOCK_K) it makes sure every part up to
-there is complete, reading all of its counters at once with acquire adds of 0 and keeping how
-far the complete prefix reaches, so it reads them again only when a tile passes that point
-(once, when the producer has long ended). Its input loads go to L2 (.cg): another SM wrote them.
+there is complete. v32 (run 1, commit 531fa71) read all of a consumer's counters with acquire
+adds of 0 whenever a tile passed the complete prefix; v32b reads a part's counter with a plain
+volatile load when it takes the part before, so the value is there when its first tile needs
+it, and spins only if the part is not complete then. The input loads come after the counter's
+value in each thread's order and go to L2 (.cg): another SM wrote them.
 The kernels are kernels.py's _matvec_kernel and _gate_up_kernel with those two additions; their
 arithmetic and order are the same, so their results equal the package's bit for bit where K is
 not split. A consumer launches (PDL) only once all of its producer's programs have started, and
@@ -29,17 +31,11 @@ def _start(PDL: tl.constexpr, GATED: tl.constexpr):
 
 
 @triton.jit
-def _ready_to(COUNT_IN, PART_IN, TARGET_IN, N_PARTS, PARTS: tl.constexpr, need):
-    # Spin until the complete prefix of parts covers `need` inputs; return how far it reaches.
-    idx = tl.arange(0, PARTS)
-    done = 0
-    while done < need:
-        counts = tl.atomic_add(COUNT_IN + idx, 0, mask=idx < N_PARTS, sem='acquire',
-                               scope='gpu')
-        complete = (counts >= TARGET_IN) | (idx >= N_PARTS)
-        first_missing = tl.min(tl.where(complete, PARTS, idx), axis=0)
-        done = first_missing * PART_IN
-    return done
+def _spin(COUNT_IN, part, TARGET_IN, seen):
+    # Until part's counter reaches its target (seen: its value read earlier, not yet waited on).
+    while seen < TARGET_IN:
+        seen = tl.load(COUNT_IN + part, volatile=True)
+    return part + 1
 
 
 @triton.jit
@@ -60,12 +56,12 @@ def _x(X, cols, mask, GATED: tl.constexpr, EVEN: tl.constexpr):
 
 @triton.jit
 def counted_matvec_kernel(W, X, Y, NORM, BIAS, N, K, eps, COUNT_IN, PART_IN, TARGET_IN,
-                          N_PARTS, COUNT_OUT, PART_OUT,
+                          COUNT_OUT, PART_OUT,
                           HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr,
                           ACCUMULATE: tl.constexpr, BLOCK_N: tl.constexpr,
                           BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, EVEN: tl.constexpr,
                           STREAM: tl.constexpr, AHEAD: tl.constexpr, PDL: tl.constexpr,
-                          GATED: tl.constexpr, PARTS: tl.constexpr, SIGNAL: tl.constexpr):
+                          GATED: tl.constexpr, SIGNAL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     k_len = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
@@ -78,7 +74,10 @@ def counted_matvec_kernel(W, X, Y, NORM, BIAS, N, K, eps, COUNT_IN, PART_IN, TAR
     _start(PDL, GATED)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     squares = tl.zeros([BLOCK_K], dtype=tl.float32)
-    ready = 0
+    checked = k_start // PART_IN   # parts before it are not this program's to check
+    seen = 0
+    if GATED:
+        seen = tl.load(COUNT_IN + checked, volatile=True)
     for k0 in range(k_start, k_end, BLOCK_K):
         w = w_next
         if AHEAD == 1:
@@ -87,9 +86,10 @@ def counted_matvec_kernel(W, X, Y, NORM, BIAS, N, K, eps, COUNT_IN, PART_IN, TAR
             w_next = w_next2
             w_next2 = _tile(w_rows, row_mask, k0 + 2 * BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
         if GATED:
-            need = tl.minimum(k0 + BLOCK_K, k_end)
-            if need > ready:
-                ready = _ready_to(COUNT_IN, PART_IN, TARGET_IN, N_PARTS, PARTS, need)
+            last = (tl.minimum(k0 + BLOCK_K, k_end) - 1) // PART_IN   # the tile's last part
+            while checked <= last:
+                checked = _spin(COUNT_IN, checked, TARGET_IN, seen)
+                seen = tl.load(COUNT_IN + checked, volatile=True)   # the next part's, ahead
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
         if HAS_NORM:
             xr = _x(X, cols, cols < k_end, GATED, EVEN).to(tl.float32)
@@ -112,11 +112,10 @@ def counted_matvec_kernel(W, X, Y, NORM, BIAS, N, K, eps, COUNT_IN, PART_IN, TAR
 
 
 @triton.jit
-def counted_gate_up_kernel(W, X, Y, NORM, N, K, eps, COUNT_IN, PART_IN, TARGET_IN, N_PARTS,
+def counted_gate_up_kernel(W, X, Y, NORM, N, K, eps, COUNT_IN, PART_IN, TARGET_IN,
                            COUNT_OUT, PART_OUT, ROW_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr,
                            BLOCK_K: tl.constexpr, EVEN: tl.constexpr, STREAM: tl.constexpr,
-                           PDL: tl.constexpr, GATED: tl.constexpr, PARTS: tl.constexpr,
-                           SIGNAL: tl.constexpr):
+                           PDL: tl.constexpr, GATED: tl.constexpr, SIGNAL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     gate_index = (rows // ROW_BLOCK) * 2 * ROW_BLOCK + rows % ROW_BLOCK
@@ -128,15 +127,19 @@ def counted_gate_up_kernel(W, X, Y, NORM, N, K, eps, COUNT_IN, PART_IN, TARGET_I
     acc_gate = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     squares = tl.zeros([BLOCK_K], dtype=tl.float32)
-    ready = 0
+    checked = 0
+    seen = 0
+    if GATED:
+        seen = tl.load(COUNT_IN, volatile=True)
     for k0 in range(0, K, BLOCK_K):
         w_gate, w_up = gate_next, up_next
         gate_next = _tile(gate_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
         up_next = _tile(up_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
         if GATED:
-            need = tl.minimum(k0 + BLOCK_K, K)
-            if need > ready:
-                ready = _ready_to(COUNT_IN, PART_IN, TARGET_IN, N_PARTS, PARTS, need)
+            last = (tl.minimum(k0 + BLOCK_K, K) - 1) // PART_IN   # the tile's last part
+            while checked <= last:
+                checked = _spin(COUNT_IN, checked, TARGET_IN, seen)
+                seen = tl.load(COUNT_IN + checked, volatile=True)   # the next part's, ahead
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
         xr = _x(X, cols, cols < K, GATED, EVEN).to(tl.float32)
         squares += xr * xr

@@ -118,10 +118,11 @@ class CountedOps(kernels.KernelOps):
 
     CONSUMES = {'gate_up': 'o_proj', 'down': 'gate_up', 'qkv': 'down'}
 
-    def __init__(self, config, model_config, gated, device='cuda'):
+    def __init__(self, config, model_config, gated, device='cuda', parts=4):
         super().__init__(config)
         self.shapes = gemvs(model_config)
         self.gated = set(gated)
+        self.parts = parts
         self.counts = torch.zeros(model_config.num_layers, 3, 64, dtype=torch.int32,
                                   device=device)
         self.layer = -1
@@ -130,8 +131,9 @@ class CountedOps(kernels.KernelOps):
         """Return (inputs a counter covers, producer programs a part needs, parts)."""
         kind, n, k = self.shapes[consumer]
         producer = self.config.gemv(*self.shapes[self.CONSUMES[consumer]])
-        part = self.config.gemv(kind, n, k).block_k
-        while k % part or part % producer.block_n:
+        block_k = self.config.gemv(kind, n, k).block_k
+        part = block_k * max(1, k // block_k // self.parts)
+        while k % part or part % producer.block_n:   # every part whole: one target for all
             part //= 2
         return part, part // producer.block_n * producer.split_k, k // part
 
@@ -140,14 +142,12 @@ class CountedOps(kernels.KernelOps):
 
     def gating(self, name, layer):
         """Return the counter arguments of GEMV `name` in layer."""
-        args = {'COUNT_IN': self.counts, 'PART_IN': 1, 'TARGET_IN': 0, 'N_PARTS': 1,
-                'COUNT_OUT': self.counts, 'PART_OUT': 1, 'GATED': False, 'PARTS': 1,
-                'SIGNAL': False}
+        args = {'COUNT_IN': self.counts, 'PART_IN': 1, 'TARGET_IN': 0,
+                'COUNT_OUT': self.counts, 'PART_OUT': 1, 'GATED': False, 'SIGNAL': False}
         if name in self.gated and not (name == 'qkv' and layer == 0):
-            part, target, parts = self.part(name)
+            part, target, _ = self.part(name)
             args.update(COUNT_IN=self.slot(name, layer - (name == 'qkv')), PART_IN=part,
-                        TARGET_IN=target, N_PARTS=parts, GATED=True,
-                        PARTS=triton.next_power_of_2(parts))
+                        TARGET_IN=target, GATED=True)
         consumer = {v: c for c, v in self.CONSUMES.items()}.get(name)
         if consumer in self.gated and not (name == 'down' and layer == len(self.counts) - 1):
             args.update(COUNT_OUT=self.slot(consumer, layer), PART_OUT=self.part(consumer)[0],
@@ -229,9 +229,10 @@ def main():
                 'zeroed': CountedOps(config, model.config, ())}
         for name in ('gate_up', 'down', 'qkv'):
             arms['count ' + name] = CountedOps(config, model.config, {name})
-        arms['count all three'] = CountedOps(config, model.config, {'gate_up', 'down', 'qkv'})
-        for name, shape in shapes.items():
-            arms['free ' + name] = make_ops(module, config, {shape})
+        three = {'gate_up', 'down', 'qkv'}
+        arms['count all three'] = CountedOps(config, model.config, three)
+        arms['count three, 2 parts'] = CountedOps(config, model.config, three, parts=2)
+        arms['count three, tile parts'] = CountedOps(config, model.config, three, parts=64)
         arms['free all four'] = make_ops(module, config, set(shapes.values()))
         for ctx in contexts:
             model.step(arms['package'], ctx)
