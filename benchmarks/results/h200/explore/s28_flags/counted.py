@@ -31,10 +31,20 @@ def _start(PDL: tl.constexpr, GATED: tl.constexpr):
 
 
 @triton.jit
-def _spin(COUNT_IN, part, TARGET_IN, seen):
+def _nap(x):
+    # v32c: a spinning thread sleeps between its reads, leaving the SM's issue slots and the
+    # memory system to the producer's programs (the sleep follows the read it returns).
+    return tl.inline_asm_elementwise('nanosleep.u32 256;\n mov.b32 $0, $1;', '=r,r', [x],
+                                     dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _spin(COUNT_IN, part, TARGET_IN, seen, NAP: tl.constexpr):
     # Until part's counter reaches its target (seen: its value read earlier, not yet waited on).
     while seen < TARGET_IN:
         seen = tl.load(COUNT_IN + part, volatile=True)
+        if NAP:
+            seen = _nap(seen)
     return part + 1
 
 
@@ -61,7 +71,7 @@ def counted_matvec_kernel(W, X, Y, NORM, BIAS, N, K, eps, COUNT_IN, PART_IN, TAR
                           ACCUMULATE: tl.constexpr, BLOCK_N: tl.constexpr,
                           BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, EVEN: tl.constexpr,
                           STREAM: tl.constexpr, AHEAD: tl.constexpr, PDL: tl.constexpr,
-                          GATED: tl.constexpr, SIGNAL: tl.constexpr):
+                          GATED: tl.constexpr, SIGNAL: tl.constexpr, NAP: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     k_len = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
@@ -88,7 +98,7 @@ def counted_matvec_kernel(W, X, Y, NORM, BIAS, N, K, eps, COUNT_IN, PART_IN, TAR
         if GATED:
             last = (tl.minimum(k0 + BLOCK_K, k_end) - 1) // PART_IN   # the tile's last part
             while checked <= last:
-                checked = _spin(COUNT_IN, checked, TARGET_IN, seen)
+                checked = _spin(COUNT_IN, checked, TARGET_IN, seen, NAP)
                 seen = tl.load(COUNT_IN + checked, volatile=True)   # the next part's, ahead
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
         if HAS_NORM:
@@ -115,7 +125,8 @@ def counted_matvec_kernel(W, X, Y, NORM, BIAS, N, K, eps, COUNT_IN, PART_IN, TAR
 def counted_gate_up_kernel(W, X, Y, NORM, N, K, eps, COUNT_IN, PART_IN, TARGET_IN,
                            COUNT_OUT, PART_OUT, ROW_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr,
                            BLOCK_K: tl.constexpr, EVEN: tl.constexpr, STREAM: tl.constexpr,
-                           PDL: tl.constexpr, GATED: tl.constexpr, SIGNAL: tl.constexpr):
+                           PDL: tl.constexpr, GATED: tl.constexpr, SIGNAL: tl.constexpr,
+                           NAP: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     gate_index = (rows // ROW_BLOCK) * 2 * ROW_BLOCK + rows % ROW_BLOCK
@@ -138,7 +149,7 @@ def counted_gate_up_kernel(W, X, Y, NORM, N, K, eps, COUNT_IN, PART_IN, TARGET_I
         if GATED:
             last = (tl.minimum(k0 + BLOCK_K, K) - 1) // PART_IN   # the tile's last part
             while checked <= last:
-                checked = _spin(COUNT_IN, checked, TARGET_IN, seen)
+                checked = _spin(COUNT_IN, checked, TARGET_IN, seen, NAP)
                 seen = tl.load(COUNT_IN + checked, volatile=True)   # the next part's, ahead
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
         xr = _x(X, cols, cols < K, GATED, EVEN).to(tl.float32)

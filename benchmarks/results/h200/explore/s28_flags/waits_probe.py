@@ -118,11 +118,16 @@ class CountedOps(kernels.KernelOps):
 
     CONSUMES = {'gate_up': 'o_proj', 'down': 'gate_up', 'qkv': 'down'}
 
-    def __init__(self, config, model_config, gated, device='cuda', parts=4):
+    def __init__(self, config, model_config, gated, device='cuda', parts=4, nap=False,
+                 mode='count'):
         super().__init__(config)
         self.shapes = gemvs(model_config)
         self.gated = set(gated)
         self.parts = parts
+        self.nap = nap
+        # count: consumers wait on the counters; signal: producers add, consumers wait as the
+        # package's do; checks: consumers check the counters against a target of 0 (no wait).
+        self.mode = mode
         self.counts = torch.zeros(model_config.num_layers, 3, 64, dtype=torch.int32,
                                   device=device)
         self.layer = -1
@@ -143,11 +148,12 @@ class CountedOps(kernels.KernelOps):
     def gating(self, name, layer):
         """Return the counter arguments of GEMV `name` in layer."""
         args = {'COUNT_IN': self.counts, 'PART_IN': 1, 'TARGET_IN': 0,
-                'COUNT_OUT': self.counts, 'PART_OUT': 1, 'GATED': False, 'SIGNAL': False}
-        if name in self.gated and not (name == 'qkv' and layer == 0):
+                'COUNT_OUT': self.counts, 'PART_OUT': 1, 'GATED': False, 'SIGNAL': False,
+                'NAP': self.nap}
+        if name in self.gated and not (name == 'qkv' and layer == 0) and self.mode != 'signal':
             part, target, _ = self.part(name)
             args.update(COUNT_IN=self.slot(name, layer - (name == 'qkv')), PART_IN=part,
-                        TARGET_IN=target, GATED=True)
+                        TARGET_IN=target if self.mode == 'count' else 0, GATED=True)
         consumer = {v: c for c, v in self.CONSUMES.items()}.get(name)
         if consumer in self.gated and not (name == 'down' and layer == len(self.counts) - 1):
             args.update(COUNT_OUT=self.slot(consumer, layer), PART_OUT=self.part(consumer)[0],
@@ -211,7 +217,7 @@ def check_arm(model, ops, base_logits, ctx):
     model.step(ops, ctx)
     torch.cuda.synchronize()
     diff = ((model.logits - base_logits).norm() / base_logits.norm()).item()
-    wrong = ops.check() if isinstance(ops, CountedOps) else ''
+    wrong = ops.check() if isinstance(ops, CountedOps) and ops.mode == 'count' else ''
     return f'logits vs package {diff:.1e}' + (f'; COUNTERS WRONG: {wrong}' if wrong else '')
 
 
@@ -225,15 +231,15 @@ def main():
         model = Model(arch, max(contexts) + 64, dev)
         shapes = gemvs(model.config)
         assert len(set(shapes.values())) == 4, shapes
-        arms = {'package': kernels.KernelOps(config),
-                'zeroed': CountedOps(config, model.config, ())}
-        for name in ('gate_up', 'down', 'qkv'):
-            arms['count ' + name] = CountedOps(config, model.config, {name})
         three = {'gate_up', 'down', 'qkv'}
-        arms['count all three'] = CountedOps(config, model.config, three)
-        arms['count three, 2 parts'] = CountedOps(config, model.config, three, parts=2)
-        arms['count three, tile parts'] = CountedOps(config, model.config, three, parts=64)
-        arms['free all four'] = make_ops(module, config, set(shapes.values()))
+        arms = {'package': kernels.KernelOps(config),
+                'zeroed': CountedOps(config, model.config, ()),
+                'signals only': CountedOps(config, model.config, three, mode='signal'),
+                'checks only': CountedOps(config, model.config, three, mode='checks'),
+                'count qkv, nap': CountedOps(config, model.config, {'qkv'}, nap=True),
+                'count down, nap': CountedOps(config, model.config, {'down'}, nap=True),
+                'count three, nap': CountedOps(config, model.config, three, nap=True),
+                'free all four': make_ops(module, config, set(shapes.values()))}
         for ctx in contexts:
             model.step(arms['package'], ctx)
             torch.cuda.synchronize()
