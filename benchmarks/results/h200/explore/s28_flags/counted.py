@@ -39,13 +39,23 @@ def _nap(x):
 
 
 @triton.jit
-def _spin(COUNT_IN, part, TARGET_IN, seen, NAP: tl.constexpr):
+def _acquire(x):
+    # v32d: after a part's counter is seen complete, an acquire fence at gpu scope: the input
+    # loads after it (through L1, as the package's) must see what the part's producers wrote.
+    return tl.inline_asm_elementwise('fence.acq_rel.gpu;\n mov.b32 $0, $1;', '=r,r', [x],
+                                     dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _spin(COUNT_IN, part, TARGET_IN, seen, NAP: tl.constexpr, L1: tl.constexpr):
     # Until part's counter reaches its target (seen: its value read earlier, not yet waited on).
     while seen < TARGET_IN:
         seen = tl.load(COUNT_IN + part, volatile=True)
         if NAP:
             seen = _nap(seen)
-    return part + 1
+    if L1:
+        seen = _acquire(seen)
+    return part + 1 + seen * 0
 
 
 @triton.jit
@@ -56,8 +66,8 @@ def _arrive(COUNT_OUT, row0, PART_OUT):
 
 
 @triton.jit
-def _x(X, cols, mask, GATED: tl.constexpr, EVEN: tl.constexpr):
-    if GATED:
+def _x(X, cols, mask, GATED: tl.constexpr, EVEN: tl.constexpr, L1: tl.constexpr):
+    if GATED and not L1:
         if EVEN:
             return tl.load(X + cols, cache_modifier='.cg')
         return tl.load(X + cols, mask=mask, other=0.0, cache_modifier='.cg')
@@ -71,7 +81,8 @@ def counted_matvec_kernel(W, X, Y, NORM, BIAS, N, K, eps, COUNT_IN, PART_IN, TAR
                           ACCUMULATE: tl.constexpr, BLOCK_N: tl.constexpr,
                           BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, EVEN: tl.constexpr,
                           STREAM: tl.constexpr, AHEAD: tl.constexpr, PDL: tl.constexpr,
-                          GATED: tl.constexpr, SIGNAL: tl.constexpr, NAP: tl.constexpr):
+                          GATED: tl.constexpr, SIGNAL: tl.constexpr, NAP: tl.constexpr,
+                          L1: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     k_len = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
@@ -98,15 +109,15 @@ def counted_matvec_kernel(W, X, Y, NORM, BIAS, N, K, eps, COUNT_IN, PART_IN, TAR
         if GATED:
             last = (tl.minimum(k0 + BLOCK_K, k_end) - 1) // PART_IN   # the tile's last part
             while checked <= last:
-                checked = _spin(COUNT_IN, checked, TARGET_IN, seen, NAP)
+                checked = _spin(COUNT_IN, checked, TARGET_IN, seen, NAP, L1)
                 seen = tl.load(COUNT_IN + checked, volatile=True)   # the next part's, ahead
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
         if HAS_NORM:
-            xr = _x(X, cols, cols < k_end, GATED, EVEN).to(tl.float32)
+            xr = _x(X, cols, cols < k_end, GATED, EVEN, L1).to(tl.float32)
             squares += xr * xr
             x = xr * _load(NORM + cols, cols < k_end, EVEN).to(tl.float32)
         else:
-            x = _x(X, cols, cols < k_end, GATED, EVEN).to(W.dtype.element_ty).to(tl.float32)
+            x = _x(X, cols, cols < k_end, GATED, EVEN, L1).to(W.dtype.element_ty).to(tl.float32)
         acc += w.to(tl.float32) * x[None, :]
     y = tl.sum(acc, axis=1)
     if HAS_NORM:
@@ -126,7 +137,7 @@ def counted_gate_up_kernel(W, X, Y, NORM, N, K, eps, COUNT_IN, PART_IN, TARGET_I
                            COUNT_OUT, PART_OUT, ROW_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr,
                            BLOCK_K: tl.constexpr, EVEN: tl.constexpr, STREAM: tl.constexpr,
                            PDL: tl.constexpr, GATED: tl.constexpr, SIGNAL: tl.constexpr,
-                           NAP: tl.constexpr):
+                           NAP: tl.constexpr, L1: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     gate_index = (rows // ROW_BLOCK) * 2 * ROW_BLOCK + rows % ROW_BLOCK
@@ -149,10 +160,10 @@ def counted_gate_up_kernel(W, X, Y, NORM, N, K, eps, COUNT_IN, PART_IN, TARGET_I
         if GATED:
             last = (tl.minimum(k0 + BLOCK_K, K) - 1) // PART_IN   # the tile's last part
             while checked <= last:
-                checked = _spin(COUNT_IN, checked, TARGET_IN, seen, NAP)
+                checked = _spin(COUNT_IN, checked, TARGET_IN, seen, NAP, L1)
                 seen = tl.load(COUNT_IN + checked, volatile=True)   # the next part's, ahead
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
-        xr = _x(X, cols, cols < K, GATED, EVEN).to(tl.float32)
+        xr = _x(X, cols, cols < K, GATED, EVEN, L1).to(tl.float32)
         squares += xr * xr
         x = xr * _load(NORM + cols, cols < K, EVEN).to(tl.float32)
         acc_gate += w_gate.to(tl.float32) * x[None, :]
