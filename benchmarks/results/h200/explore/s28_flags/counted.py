@@ -22,12 +22,26 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 @triton.jit
-def _start(PDL: tl.constexpr, GATED: tl.constexpr):
-    # A consumer with counters launches its next kernel at once and waits for nothing here.
+def _start(PDL: tl.constexpr, GATED: tl.constexpr, LATE: tl.constexpr):
+    # A consumer with counters waits for nothing here. v32-v32d also launched its next kernel
+    # here, long before the package's kernels do (after their wait); with LATE (v32e) it does
+    # so once its last part is complete (_release_late).
     if PDL:
         if not GATED:
             gdc_wait()
-        gdc_launch_dependents()
+            gdc_launch_dependents()
+        elif not LATE:
+            gdc_launch_dependents()
+
+
+@triton.jit
+def _release_late(checked, PART_IN, k_end, PDL: tl.constexpr, GATED: tl.constexpr,
+                  LATE: tl.constexpr):
+    # Every part this program reads is complete: its predecessor has as good as ended, which is
+    # when the package's kernels let the next kernel launch (again on later tiles: harmless).
+    if PDL and GATED and LATE:
+        if checked * PART_IN >= k_end:
+            gdc_launch_dependents()
 
 
 @triton.jit
@@ -82,7 +96,7 @@ def counted_matvec_kernel(W, X, Y, NORM, BIAS, N, K, eps, COUNT_IN, PART_IN, TAR
                           BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, EVEN: tl.constexpr,
                           STREAM: tl.constexpr, AHEAD: tl.constexpr, PDL: tl.constexpr,
                           GATED: tl.constexpr, SIGNAL: tl.constexpr, NAP: tl.constexpr,
-                          L1: tl.constexpr):
+                          L1: tl.constexpr, LATE: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     k_len = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
@@ -92,7 +106,7 @@ def counted_matvec_kernel(W, X, Y, NORM, BIAS, N, K, eps, COUNT_IN, PART_IN, TAR
     w_next = _tile(w_rows, row_mask, k_start, k_end, BLOCK_K, EVEN, STREAM)
     if AHEAD >= 2:
         w_next2 = _tile(w_rows, row_mask, k_start + BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
-    _start(PDL, GATED)
+    _start(PDL, GATED, LATE)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     squares = tl.zeros([BLOCK_K], dtype=tl.float32)
     checked = k_start // PART_IN   # parts before it are not this program's to check
@@ -111,6 +125,7 @@ def counted_matvec_kernel(W, X, Y, NORM, BIAS, N, K, eps, COUNT_IN, PART_IN, TAR
             while checked <= last:
                 checked = _spin(COUNT_IN, checked, TARGET_IN, seen, NAP, L1)
                 seen = tl.load(COUNT_IN + checked, volatile=True)   # the next part's, ahead
+            _release_late(checked, PART_IN, k_end, PDL, GATED, LATE)
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
         if HAS_NORM:
             xr = _x(X, cols, cols < k_end, GATED, EVEN, L1).to(tl.float32)
@@ -137,7 +152,7 @@ def counted_gate_up_kernel(W, X, Y, NORM, N, K, eps, COUNT_IN, PART_IN, TARGET_I
                            COUNT_OUT, PART_OUT, ROW_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr,
                            BLOCK_K: tl.constexpr, EVEN: tl.constexpr, STREAM: tl.constexpr,
                            PDL: tl.constexpr, GATED: tl.constexpr, SIGNAL: tl.constexpr,
-                           NAP: tl.constexpr, L1: tl.constexpr):
+                           NAP: tl.constexpr, L1: tl.constexpr, LATE: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     gate_index = (rows // ROW_BLOCK) * 2 * ROW_BLOCK + rows % ROW_BLOCK
@@ -145,7 +160,7 @@ def counted_gate_up_kernel(W, X, Y, NORM, N, K, eps, COUNT_IN, PART_IN, TARGET_I
     up_rows = gate_rows + ROW_BLOCK * K
     gate_next = _tile(gate_rows, row_mask, 0, K, BLOCK_K, EVEN, STREAM)
     up_next = _tile(up_rows, row_mask, 0, K, BLOCK_K, EVEN, STREAM)
-    _start(PDL, GATED)
+    _start(PDL, GATED, LATE)
     acc_gate = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     squares = tl.zeros([BLOCK_K], dtype=tl.float32)
@@ -162,6 +177,7 @@ def counted_gate_up_kernel(W, X, Y, NORM, N, K, eps, COUNT_IN, PART_IN, TARGET_I
             while checked <= last:
                 checked = _spin(COUNT_IN, checked, TARGET_IN, seen, NAP, L1)
                 seen = tl.load(COUNT_IN + checked, volatile=True)   # the next part's, ahead
+            _release_late(checked, PART_IN, K, PDL, GATED, LATE)
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
         xr = _x(X, cols, cols < K, GATED, EVEN, L1).to(tl.float32)
         squares += xr * xr
