@@ -61,13 +61,25 @@ def _acquire(x):
 
 
 @triton.jit
-def _spin(COUNT_IN, part, TARGET_IN, seen, NAP: tl.constexpr, L1: tl.constexpr):
+def _count(ptr, ACQUIRE: tl.constexpr):
+    # A counter's value: v32b-e a volatile load; v32f a load with acquire semantics at gpu scope
+    # in each thread, which orders that thread's later input loads (through L1, as the
+    # package's) after the producers' writes without a fence.
+    if ACQUIRE:
+        return tl.inline_asm_elementwise('ld.acquire.gpu.global.b32 $0, [$1];', '=r,l', [ptr],
+                                         dtype=tl.int32, is_pure=False, pack=1)
+    return tl.load(ptr, volatile=True)
+
+
+@triton.jit
+def _spin(COUNT_IN, part, TARGET_IN, seen, NAP: tl.constexpr, L1: tl.constexpr,
+          ACQUIRE: tl.constexpr):
     # Until part's counter reaches its target (seen: its value read earlier, not yet waited on).
     while seen < TARGET_IN:
-        seen = tl.load(COUNT_IN + part, volatile=True)
+        seen = _count(COUNT_IN + part, ACQUIRE)
         if NAP:
             seen = _nap(seen)
-    if L1:
+    if L1 and not ACQUIRE:
         seen = _acquire(seen)
     return part + 1 + seen * 0
 
@@ -96,7 +108,7 @@ def counted_matvec_kernel(W, X, Y, NORM, BIAS, N, K, eps, COUNT_IN, PART_IN, TAR
                           BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, EVEN: tl.constexpr,
                           STREAM: tl.constexpr, AHEAD: tl.constexpr, PDL: tl.constexpr,
                           GATED: tl.constexpr, SIGNAL: tl.constexpr, NAP: tl.constexpr,
-                          L1: tl.constexpr, LATE: tl.constexpr):
+                          L1: tl.constexpr, LATE: tl.constexpr, ACQUIRE: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     k_len = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
@@ -112,7 +124,7 @@ def counted_matvec_kernel(W, X, Y, NORM, BIAS, N, K, eps, COUNT_IN, PART_IN, TAR
     checked = k_start // PART_IN   # parts before it are not this program's to check
     seen = 0
     if GATED:
-        seen = tl.load(COUNT_IN + checked, volatile=True)
+        seen = _count(COUNT_IN + checked, ACQUIRE)
     for k0 in range(k_start, k_end, BLOCK_K):
         w = w_next
         if AHEAD == 1:
@@ -123,8 +135,8 @@ def counted_matvec_kernel(W, X, Y, NORM, BIAS, N, K, eps, COUNT_IN, PART_IN, TAR
         if GATED:
             last = (tl.minimum(k0 + BLOCK_K, k_end) - 1) // PART_IN   # the tile's last part
             while checked <= last:
-                checked = _spin(COUNT_IN, checked, TARGET_IN, seen, NAP, L1)
-                seen = tl.load(COUNT_IN + checked, volatile=True)   # the next part's, ahead
+                checked = _spin(COUNT_IN, checked, TARGET_IN, seen, NAP, L1, ACQUIRE)
+                seen = _count(COUNT_IN + checked, ACQUIRE)   # the next part's, ahead
             _release_late(checked, PART_IN, k_end, PDL, GATED, LATE)
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
         if HAS_NORM:
@@ -152,7 +164,8 @@ def counted_gate_up_kernel(W, X, Y, NORM, N, K, eps, COUNT_IN, PART_IN, TARGET_I
                            COUNT_OUT, PART_OUT, ROW_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr,
                            BLOCK_K: tl.constexpr, EVEN: tl.constexpr, STREAM: tl.constexpr,
                            PDL: tl.constexpr, GATED: tl.constexpr, SIGNAL: tl.constexpr,
-                           NAP: tl.constexpr, L1: tl.constexpr, LATE: tl.constexpr):
+                           NAP: tl.constexpr, L1: tl.constexpr, LATE: tl.constexpr,
+                           ACQUIRE: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     gate_index = (rows // ROW_BLOCK) * 2 * ROW_BLOCK + rows % ROW_BLOCK
@@ -167,7 +180,7 @@ def counted_gate_up_kernel(W, X, Y, NORM, N, K, eps, COUNT_IN, PART_IN, TARGET_I
     checked = 0
     seen = 0
     if GATED:
-        seen = tl.load(COUNT_IN, volatile=True)
+        seen = _count(COUNT_IN, ACQUIRE)
     for k0 in range(0, K, BLOCK_K):
         w_gate, w_up = gate_next, up_next
         gate_next = _tile(gate_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
@@ -175,8 +188,8 @@ def counted_gate_up_kernel(W, X, Y, NORM, N, K, eps, COUNT_IN, PART_IN, TARGET_I
         if GATED:
             last = (tl.minimum(k0 + BLOCK_K, K) - 1) // PART_IN   # the tile's last part
             while checked <= last:
-                checked = _spin(COUNT_IN, checked, TARGET_IN, seen, NAP, L1)
-                seen = tl.load(COUNT_IN + checked, volatile=True)   # the next part's, ahead
+                checked = _spin(COUNT_IN, checked, TARGET_IN, seen, NAP, L1, ACQUIRE)
+                seen = _count(COUNT_IN + checked, ACQUIRE)   # the next part's, ahead
             _release_late(checked, PART_IN, K, PDL, GATED, LATE)
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
         xr = _x(X, cols, cols < K, GATED, EVEN, L1).to(tl.float32)

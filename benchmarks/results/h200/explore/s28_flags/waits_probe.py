@@ -119,7 +119,7 @@ class CountedOps(kernels.KernelOps):
     CONSUMES = {'gate_up': 'o_proj', 'down': 'gate_up', 'qkv': 'down'}
 
     def __init__(self, config, model_config, gated, device='cuda', parts=4, nap=False,
-                 mode='count', l1=False, late=True):
+                 mode='count', l1=False, late=True, acquire=False):
         super().__init__(config)
         self.shapes = gemvs(model_config)
         self.gated = set(gated)
@@ -127,6 +127,7 @@ class CountedOps(kernels.KernelOps):
         self.nap = nap
         self.l1 = l1   # inputs through L1 after an acquire fence (v32d), else from L2 (.cg)
         self.late = late   # the next kernel launched once the inputs are complete (v32e)
+        self.acquire = acquire   # counters read with acquire loads, inputs through L1 (v32f)
         # count: consumers wait on the counters; signal: producers add, consumers wait as the
         # package's do; checks: consumers check the counters against a target of 0 (no wait).
         self.mode = mode
@@ -151,7 +152,8 @@ class CountedOps(kernels.KernelOps):
         """Return the counter arguments of GEMV `name` in layer."""
         args = {'COUNT_IN': self.counts, 'PART_IN': 1, 'TARGET_IN': 0,
                 'COUNT_OUT': self.counts, 'PART_OUT': 1, 'GATED': False, 'SIGNAL': False,
-                'NAP': self.nap, 'L1': self.l1, 'LATE': self.late}
+                'NAP': self.nap, 'L1': self.l1 or self.acquire, 'LATE': self.late,
+                'ACQUIRE': self.acquire}
         if name in self.gated and not (name == 'qkv' and layer == 0) and self.mode != 'signal':
             part, target, _ = self.part(name)
             args.update(COUNT_IN=self.slot(name, layer - (name == 'qkv')), PART_IN=part,
@@ -236,16 +238,16 @@ def main():
         three = {'gate_up', 'down', 'qkv'}
         arms = {'package': kernels.KernelOps(config),
                 'zeroed': CountedOps(config, model.config, ()),
-                'signals only': CountedOps(config, model.config, three, mode='signal'),
-                'checks only': CountedOps(config, model.config, three, mode='checks'),
-                'count qkv': CountedOps(config, model.config, {'qkv'}, nap=True),
-                'count gate_up': CountedOps(config, model.config, {'gate_up'}, nap=True),
-                'count down': CountedOps(config, model.config, {'down'}, nap=True),
-                'count three': CountedOps(config, model.config, three, nap=True),
-                'count three, L1': CountedOps(config, model.config, three, nap=True, l1=True),
-                'count three, early': CountedOps(config, model.config, three, nap=True,
-                                                 late=False),
-                'free all four': make_ops(module, config, set(shapes.values()))}
+                'signals only': CountedOps(config, model.config, three, mode='signal')}
+        for name in ('qkv', 'gate_up', 'down'):
+            arms[f'count {name}, acquire'] = CountedOps(config, model.config, {name}, nap=True,
+                                                        acquire=True)
+        arms['count three, acquire'] = CountedOps(config, model.config, three, nap=True,
+                                                  acquire=True)
+        arms['count three, acquire, 2 parts'] = CountedOps(config, model.config, three,
+                                                           nap=True, acquire=True, parts=2)
+        arms['count three, v32e'] = CountedOps(config, model.config, three, nap=True)
+        arms['free all four'] = make_ops(module, config, set(shapes.values()))
         for ctx in contexts:
             model.step(arms['package'], ctx)
             torch.cuda.synchronize()
