@@ -238,16 +238,17 @@ def main():
         three = {'gate_up', 'down', 'qkv'}
         arms = {'package': kernels.KernelOps(config),
                 'zeroed': CountedOps(config, model.config, ()),
-                'signals only': CountedOps(config, model.config, three, mode='signal')}
-        for name in ('qkv', 'gate_up', 'down'):
-            arms[f'count {name}, acquire'] = CountedOps(config, model.config, {name}, nap=True,
-                                                        acquire=True)
-        arms['count three, acquire'] = CountedOps(config, model.config, three, nap=True,
-                                                  acquire=True)
-        arms['count three, acquire, 2 parts'] = CountedOps(config, model.config, three,
-                                                           nap=True, acquire=True, parts=2)
-        arms['count three, v32e'] = CountedOps(config, model.config, three, nap=True)
-        arms['free all four'] = make_ops(module, config, set(shapes.values()))
+                'signals only': CountedOps(config, model.config, three, mode='signal'),
+                'count qkv, acquire': CountedOps(config, model.config, {'qkv'}, nap=True,
+                                                 acquire=True),
+                'count qkv, acquire, 1 part': CountedOps(config, model.config, {'qkv'},
+                                                         nap=True, acquire=True, parts=1),
+                'checks only qkv, acquire': CountedOps(config, model.config, {'qkv'},
+                                                       mode='checks', acquire=True),
+                'checks only qkv, acquire, 1 part': CountedOps(
+                    config, model.config, {'qkv'}, mode='checks', acquire=True, parts=1),
+                'free qkv': make_ops(module, config, {shapes['qkv']}),
+                'free all four': make_ops(module, config, set(shapes.values()))}
         for ctx in contexts:
             model.step(arms['package'], ctx)
             torch.cuda.synchronize()
