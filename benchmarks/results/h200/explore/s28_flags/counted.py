@@ -73,10 +73,10 @@ def _count(ptr, ACQUIRE: tl.constexpr):
 
 @triton.jit
 def _spin(COUNT_IN, part, TARGET_IN, seen, NAP: tl.constexpr, L1: tl.constexpr,
-          ACQUIRE: tl.constexpr):
+          ACQUIRE: tl.constexpr, STEP: tl.constexpr):
     # Until part's counter reaches its target (seen: its value read earlier, not yet waited on).
     while seen < TARGET_IN:
-        seen = _count(COUNT_IN + part, ACQUIRE)
+        seen = _count(COUNT_IN + part * STEP, ACQUIRE)
         if NAP:
             seen = _nap(seen)
     if L1 and not ACQUIRE:
@@ -84,11 +84,26 @@ def _spin(COUNT_IN, part, TARGET_IN, seen, NAP: tl.constexpr, L1: tl.constexpr,
     return part + 1 + seen * 0
 
 
+LINE = tl.constexpr(32)   # ints between counters: each on a 128-byte line of its own
+
+
 @triton.jit
-def _arrive(COUNT_OUT, row0, PART_OUT):
-    # Every thread's stores, then one release add: the part's consumers may read them.
+def _arrive(COUNT_OUT, row0, PART_OUT, REPLICAS: tl.constexpr):
+    # Every thread's stores, then one release add to each replica of the part's counter: the
+    # part's consumers may read them. Run 7: with REPLICAS > 1 the consumers' reads of a part,
+    # hundreds of programs at once, spread over that many lines (and L2 slices).
     tl.debug_barrier()
-    tl.atomic_add(COUNT_OUT + row0 // PART_OUT, 1, sem='release', scope='gpu')
+    base = COUNT_OUT + (row0 // PART_OUT) * (REPLICAS * LINE)
+    if REPLICAS == 1:
+        tl.atomic_add(base, 1, sem='release', scope='gpu')
+    else:
+        tl.atomic_add(base + tl.arange(0, REPLICAS) * LINE, 1, sem='release', scope='gpu')
+
+
+@triton.jit
+def _replica(COUNT_IN, REPLICAS: tl.constexpr):
+    # This program's replica of its parts' counters.
+    return COUNT_IN + (tl.program_id(0) % REPLICAS) * LINE
 
 
 @triton.jit
@@ -108,7 +123,8 @@ def counted_matvec_kernel(W, X, Y, NORM, BIAS, N, K, eps, COUNT_IN, PART_IN, TAR
                           BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, EVEN: tl.constexpr,
                           STREAM: tl.constexpr, AHEAD: tl.constexpr, PDL: tl.constexpr,
                           GATED: tl.constexpr, SIGNAL: tl.constexpr, NAP: tl.constexpr,
-                          L1: tl.constexpr, LATE: tl.constexpr, ACQUIRE: tl.constexpr):
+                          L1: tl.constexpr, LATE: tl.constexpr, ACQUIRE: tl.constexpr,
+                          REPLICAS: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     k_len = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
@@ -122,9 +138,10 @@ def counted_matvec_kernel(W, X, Y, NORM, BIAS, N, K, eps, COUNT_IN, PART_IN, TAR
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     squares = tl.zeros([BLOCK_K], dtype=tl.float32)
     checked = k_start // PART_IN   # parts before it are not this program's to check
+    mine = _replica(COUNT_IN, REPLICAS)
     seen = 0
     if GATED:
-        seen = _count(COUNT_IN + checked, ACQUIRE)
+        seen = _count(mine + checked * (REPLICAS * LINE), ACQUIRE)
     for k0 in range(k_start, k_end, BLOCK_K):
         w = w_next
         if AHEAD == 1:
@@ -135,8 +152,9 @@ def counted_matvec_kernel(W, X, Y, NORM, BIAS, N, K, eps, COUNT_IN, PART_IN, TAR
         if GATED:
             last = (tl.minimum(k0 + BLOCK_K, k_end) - 1) // PART_IN   # the tile's last part
             while checked <= last:
-                checked = _spin(COUNT_IN, checked, TARGET_IN, seen, NAP, L1, ACQUIRE)
-                seen = _count(COUNT_IN + checked, ACQUIRE)   # the next part's, ahead
+                checked = _spin(mine, checked, TARGET_IN, seen, NAP, L1, ACQUIRE,
+                                REPLICAS * LINE)
+                seen = _count(mine + checked * (REPLICAS * LINE), ACQUIRE)   # the next part's
             _release_late(checked, PART_IN, k_end, PDL, GATED, LATE)
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
         if HAS_NORM:
@@ -156,7 +174,7 @@ def counted_matvec_kernel(W, X, Y, NORM, BIAS, N, K, eps, COUNT_IN, PART_IN, TAR
             y += tl.load(BIAS + rows, mask=row_mask, other=0.0).to(tl.float32)
         tl.store(Y + rows, y, mask=row_mask)
     if SIGNAL:
-        _arrive(COUNT_OUT, tl.program_id(0) * BLOCK_N, PART_OUT)
+        _arrive(COUNT_OUT, tl.program_id(0) * BLOCK_N, PART_OUT, REPLICAS)
 
 
 @triton.jit
@@ -165,7 +183,7 @@ def counted_gate_up_kernel(W, X, Y, NORM, N, K, eps, COUNT_IN, PART_IN, TARGET_I
                            BLOCK_K: tl.constexpr, EVEN: tl.constexpr, STREAM: tl.constexpr,
                            PDL: tl.constexpr, GATED: tl.constexpr, SIGNAL: tl.constexpr,
                            NAP: tl.constexpr, L1: tl.constexpr, LATE: tl.constexpr,
-                           ACQUIRE: tl.constexpr):
+                           ACQUIRE: tl.constexpr, REPLICAS: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     gate_index = (rows // ROW_BLOCK) * 2 * ROW_BLOCK + rows % ROW_BLOCK
@@ -178,9 +196,10 @@ def counted_gate_up_kernel(W, X, Y, NORM, N, K, eps, COUNT_IN, PART_IN, TARGET_I
     acc_up = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     squares = tl.zeros([BLOCK_K], dtype=tl.float32)
     checked = 0
+    mine = _replica(COUNT_IN, REPLICAS)
     seen = 0
     if GATED:
-        seen = _count(COUNT_IN, ACQUIRE)
+        seen = _count(mine, ACQUIRE)
     for k0 in range(0, K, BLOCK_K):
         w_gate, w_up = gate_next, up_next
         gate_next = _tile(gate_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
@@ -188,8 +207,9 @@ def counted_gate_up_kernel(W, X, Y, NORM, N, K, eps, COUNT_IN, PART_IN, TARGET_I
         if GATED:
             last = (tl.minimum(k0 + BLOCK_K, K) - 1) // PART_IN   # the tile's last part
             while checked <= last:
-                checked = _spin(COUNT_IN, checked, TARGET_IN, seen, NAP, L1, ACQUIRE)
-                seen = _count(COUNT_IN + checked, ACQUIRE)   # the next part's, ahead
+                checked = _spin(mine, checked, TARGET_IN, seen, NAP, L1, ACQUIRE,
+                                REPLICAS * LINE)
+                seen = _count(mine + checked * (REPLICAS * LINE), ACQUIRE)   # the next part's
             _release_late(checked, PART_IN, K, PDL, GATED, LATE)
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
         xr = _x(X, cols, cols < K, GATED, EVEN, L1).to(tl.float32)
@@ -202,4 +222,4 @@ def counted_gate_up_kernel(W, X, Y, NORM, N, K, eps, COUNT_IN, PART_IN, TARGET_I
     up = tl.sum(acc_up, axis=1) * inv_rms
     tl.store(Y + rows, gate * tl.sigmoid(gate) * up, mask=row_mask)
     if SIGNAL:
-        _arrive(COUNT_OUT, tl.program_id(0) * BLOCK_N, PART_OUT)
+        _arrive(COUNT_OUT, tl.program_id(0) * BLOCK_N, PART_OUT, REPLICAS)

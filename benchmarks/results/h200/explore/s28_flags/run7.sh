@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Session 28, run 7: QKV counted on down with one part and with 4, waiting and never waiting, against QKV free, the
-# producers' adds alone and the consumers' checks alone, against the package and the bound
-# (waits_probe.py), on the 8B at 2048 and the 1B.
+# Session 28, run 7: QKV counted on down with one part and with 4, waiting and never waiting, and
+# with 8 replicas of each counter; all three with 8 replicas; against the package, QKV free and
+# the bound (waits_probe.py), on the 8B at 2048 and the 1B.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../../../../.."

@@ -119,7 +119,7 @@ class CountedOps(kernels.KernelOps):
     CONSUMES = {'gate_up': 'o_proj', 'down': 'gate_up', 'qkv': 'down'}
 
     def __init__(self, config, model_config, gated, device='cuda', parts=4, nap=False,
-                 mode='count', l1=False, late=True, acquire=False):
+                 mode='count', l1=False, late=True, acquire=False, replicas=1):
         super().__init__(config)
         self.shapes = gemvs(model_config)
         self.gated = set(gated)
@@ -128,10 +128,12 @@ class CountedOps(kernels.KernelOps):
         self.l1 = l1   # inputs through L1 after an acquire fence (v32d), else from L2 (.cg)
         self.late = late   # the next kernel launched once the inputs are complete (v32e)
         self.acquire = acquire   # counters read with acquire loads, inputs through L1 (v32f)
+        self.replicas = replicas   # copies of each counter, a program reads one (run 7)
         # count: consumers wait on the counters; signal: producers add, consumers wait as the
         # package's do; checks: consumers check the counters against a target of 0 (no wait).
         self.mode = mode
-        self.counts = torch.zeros(model_config.num_layers, 3, 64, dtype=torch.int32,
+        # [layer, consumer, part, replica, LINE]: each counter on a 128-byte line
+        self.counts = torch.zeros(model_config.num_layers, 3, 8 * 8 * 32, dtype=torch.int32,
                                   device=device)
         self.layer = -1
 
@@ -141,6 +143,7 @@ class CountedOps(kernels.KernelOps):
         producer = self.config.gemv(*self.shapes[self.CONSUMES[consumer]])
         block_k = self.config.gemv(kind, n, k).block_k
         part = block_k * max(1, k // block_k // self.parts)
+        assert k // part <= 8 or self.replicas == 1, 'the counters hold 8 parts of 8 replicas'
         while k % part or part % producer.block_n:   # every part whole: one target for all
             part //= 2
         return part, part // producer.block_n * producer.split_k, k // part
@@ -153,7 +156,7 @@ class CountedOps(kernels.KernelOps):
         args = {'COUNT_IN': self.counts, 'PART_IN': 1, 'TARGET_IN': 0,
                 'COUNT_OUT': self.counts, 'PART_OUT': 1, 'GATED': False, 'SIGNAL': False,
                 'NAP': self.nap, 'L1': self.l1 or self.acquire, 'LATE': self.late,
-                'ACQUIRE': self.acquire}
+                'ACQUIRE': self.acquire, 'REPLICAS': self.replicas}
         if name in self.gated and not (name == 'qkv' and layer == 0) and self.mode != 'signal':
             part, target, _ = self.part(name)
             args.update(COUNT_IN=self.slot(name, layer - (name == 'qkv')), PART_IN=part,
@@ -210,8 +213,9 @@ class CountedOps(kernels.KernelOps):
         for consumer in self.gated:
             part, target, parts = self.part(consumer)
             for layer in range(len(self.counts) - (consumer == 'qkv')):
-                got = self.slot(consumer, layer)[:parts].tolist()
-                if got != [target] * parts:
+                lines = self.slot(consumer, layer)[:parts * self.replicas * 32:32]
+                got = lines.tolist()
+                if got != [target] * (parts * self.replicas):
                     wrong.append(f'{consumer} layer {layer}: {got} (target {target})')
         return '; '.join(wrong[:3])
 
@@ -238,15 +242,17 @@ def main():
         three = {'gate_up', 'down', 'qkv'}
         arms = {'package': kernels.KernelOps(config),
                 'zeroed': CountedOps(config, model.config, ()),
-                'signals only': CountedOps(config, model.config, three, mode='signal'),
-                'count qkv, acquire': CountedOps(config, model.config, {'qkv'}, nap=True,
-                                                 acquire=True),
-                'count qkv, acquire, 1 part': CountedOps(config, model.config, {'qkv'},
-                                                         nap=True, acquire=True, parts=1),
-                'checks only qkv, acquire': CountedOps(config, model.config, {'qkv'},
-                                                       mode='checks', acquire=True),
-                'checks only qkv, acquire, 1 part': CountedOps(
-                    config, model.config, {'qkv'}, mode='checks', acquire=True, parts=1),
+                'count qkv': CountedOps(config, model.config, {'qkv'}, nap=True, acquire=True),
+                'count qkv, 1 part': CountedOps(config, model.config, {'qkv'}, nap=True,
+                                                acquire=True, parts=1),
+                'checks only qkv': CountedOps(config, model.config, {'qkv'}, mode='checks',
+                                              acquire=True),
+                'checks only qkv, 1 part': CountedOps(config, model.config, {'qkv'},
+                                                      mode='checks', acquire=True, parts=1),
+                'count qkv, 8 replicas': CountedOps(config, model.config, {'qkv'}, nap=True,
+                                                    acquire=True, replicas=8),
+                'count three, 8 replicas': CountedOps(config, model.config, three, nap=True,
+                                                      acquire=True, replicas=8),
                 'free qkv': make_ops(module, config, {shapes['qkv']}),
                 'free all four': make_ops(module, config, set(shapes.values()))}
         for ctx in contexts:
