@@ -107,6 +107,34 @@ def _replica(COUNT_IN, REPLICAS: tl.constexpr):
 
 
 @triton.jit
+def _first_count(COUNT_IN, k_start, PART_IN, GATED: tl.constexpr, ACQUIRE: tl.constexpr,
+                 REPLICAS: tl.constexpr):
+    # This program's replica of its counters, its first part (the parts before k_start are not
+    # its to check) and that part's counter, read before the loop needs it.
+    mine = _replica(COUNT_IN, REPLICAS)
+    checked = k_start // PART_IN
+    seen = 0
+    if GATED:
+        seen = _count(mine + checked * (REPLICAS * LINE), ACQUIRE)
+    return mine, checked, seen
+
+
+@triton.jit
+def _await_parts(mine, checked, seen, k_hi, k_end, PART_IN, TARGET_IN, PDL: tl.constexpr,
+                 GATED: tl.constexpr, NAP: tl.constexpr, L1: tl.constexpr, LATE: tl.constexpr,
+                 ACQUIRE: tl.constexpr, REPLICAS: tl.constexpr):
+    # Before the tile of inputs up to k_hi: every part it reads complete, and the counter of the
+    # part after it read ahead.
+    if GATED:
+        last = (k_hi - 1) // PART_IN   # the tile's last part
+        while checked <= last:
+            checked = _spin(mine, checked, TARGET_IN, seen, NAP, L1, ACQUIRE, REPLICAS * LINE)
+            seen = _count(mine + checked * (REPLICAS * LINE), ACQUIRE)   # the next part's
+        _release_late(checked, PART_IN, k_end, PDL, GATED, LATE)
+    return checked, seen
+
+
+@triton.jit
 def _x(X, cols, mask, GATED: tl.constexpr, EVEN: tl.constexpr, L1: tl.constexpr):
     if GATED and not L1:
         if EVEN:
@@ -137,11 +165,7 @@ def counted_matvec_kernel(W, X, Y, NORM, BIAS, N, K, eps, COUNT_IN, PART_IN, TAR
     _start(PDL, GATED, LATE)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     squares = tl.zeros([BLOCK_K], dtype=tl.float32)
-    checked = k_start // PART_IN   # parts before it are not this program's to check
-    mine = _replica(COUNT_IN, REPLICAS)
-    seen = 0
-    if GATED:
-        seen = _count(mine + checked * (REPLICAS * LINE), ACQUIRE)
+    mine, checked, seen = _first_count(COUNT_IN, k_start, PART_IN, GATED, ACQUIRE, REPLICAS)
     for k0 in range(k_start, k_end, BLOCK_K):
         w = w_next
         if AHEAD == 1:
@@ -149,13 +173,9 @@ def counted_matvec_kernel(W, X, Y, NORM, BIAS, N, K, eps, COUNT_IN, PART_IN, TAR
         else:
             w_next = w_next2
             w_next2 = _tile(w_rows, row_mask, k0 + 2 * BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
-        if GATED:
-            last = (tl.minimum(k0 + BLOCK_K, k_end) - 1) // PART_IN   # the tile's last part
-            while checked <= last:
-                checked = _spin(mine, checked, TARGET_IN, seen, NAP, L1, ACQUIRE,
-                                REPLICAS * LINE)
-                seen = _count(mine + checked * (REPLICAS * LINE), ACQUIRE)   # the next part's
-            _release_late(checked, PART_IN, k_end, PDL, GATED, LATE)
+        checked, seen = _await_parts(mine, checked, seen, tl.minimum(k0 + BLOCK_K, k_end),
+                                     k_end, PART_IN, TARGET_IN, PDL, GATED, NAP, L1, LATE,
+                                     ACQUIRE, REPLICAS)
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
         if HAS_NORM:
             xr = _x(X, cols, cols < k_end, GATED, EVEN, L1).to(tl.float32)
@@ -195,22 +215,14 @@ def counted_gate_up_kernel(W, X, Y, NORM, N, K, eps, COUNT_IN, PART_IN, TARGET_I
     acc_gate = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     squares = tl.zeros([BLOCK_K], dtype=tl.float32)
-    checked = 0
-    mine = _replica(COUNT_IN, REPLICAS)
-    seen = 0
-    if GATED:
-        seen = _count(mine, ACQUIRE)
+    mine, checked, seen = _first_count(COUNT_IN, 0, PART_IN, GATED, ACQUIRE, REPLICAS)
     for k0 in range(0, K, BLOCK_K):
         w_gate, w_up = gate_next, up_next
         gate_next = _tile(gate_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
         up_next = _tile(up_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
-        if GATED:
-            last = (tl.minimum(k0 + BLOCK_K, K) - 1) // PART_IN   # the tile's last part
-            while checked <= last:
-                checked = _spin(mine, checked, TARGET_IN, seen, NAP, L1, ACQUIRE,
-                                REPLICAS * LINE)
-                seen = _count(mine + checked * (REPLICAS * LINE), ACQUIRE)   # the next part's
-            _release_late(checked, PART_IN, K, PDL, GATED, LATE)
+        checked, seen = _await_parts(mine, checked, seen, tl.minimum(k0 + BLOCK_K, K), K,
+                                     PART_IN, TARGET_IN, PDL, GATED, NAP, L1, LATE, ACQUIRE,
+                                     REPLICAS)
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
         xr = _x(X, cols, cols < K, GATED, EVEN, L1).to(tl.float32)
         squares += xr * xr
