@@ -131,14 +131,20 @@ def stamped_source():
     return source
 
 
-def stamped_module():
-    """Return kernels.py with stamps: a module of its own, in the package (relative imports)."""
-    path = os.path.join(tempfile.mkdtemp(), 'stamped_kernels.py')   # Triton reads its source
+def kernels_module(source, name):
+    """Return a kernels.py source as module NAME of its own, in the package (relative imports)."""
+    path = os.path.join(tempfile.mkdtemp(), name + '.py')   # Triton reads its source
     with open(path, 'w') as f:
-        f.write(stamped_source())
-    spec = importlib.util.spec_from_file_location('physinf_ros.engine.stamped_kernels', path)
+        f.write(source)
+    spec = importlib.util.spec_from_file_location('physinf_ros.engine.' + name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def stamped_module():
+    """Return kernels.py with stamps: a module of its own, in the package (relative imports)."""
+    module = kernels_module(stamped_source(), 'stamped_kernels')
     module.STAMPING = Stamping()
     return module
 

@@ -16,19 +16,17 @@ arms: the step (layers and head, graphed; session 14's timeline.Model and step_m
 interleaved rounds, the arms' order reversed every other round.
 Usage: waits_probe.py ARCH:CTX[,CTX]... (PYTHONPATH the repository root)
 """
-import importlib.util
 import os
 import re
 import statistics
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', 's14_timeline'))
 from counted import counted_gate_up_kernel, counted_matvec_kernel  # noqa: E402
 from physinf_ros.engine import kernels  # noqa: E402
 from physinf_ros.engine.llama import gate_up_block  # noqa: E402
-from timeline import Model, step_ms  # noqa: E402
+from timeline import kernels_module, Model, step_ms  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
 
@@ -69,16 +67,6 @@ def free_source() -> str:
     assert source.count(gate_up) == 1
     source = source.replace(gate_up, gate_up + "        FREE=('gate_up', n, k) in FREE,\n")
     return source + '\n\nFREE = set()   # (kind, n, k) of the GEMVs launched without a wait\n'
-
-
-def free_module():
-    path = os.path.join(tempfile.mkdtemp(), 'free_kernels.py')   # Triton reads its source
-    with open(path, 'w') as f:
-        f.write(free_source())
-    spec = importlib.util.spec_from_file_location('physinf_ros.engine.free_kernels', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def make_ops(module, config, free):
@@ -232,7 +220,7 @@ def check_arm(model, ops, base_logits, ctx):
 def main():
     dev = torch.device('cuda')
     config = kernels.KernelConfig.for_device(dev)
-    module = free_module()
+    module = kernels_module(free_source(), 'free_kernels')
     for spec in sys.argv[1:]:
         arch, contexts = spec.split(':')
         contexts = [int(c) for c in contexts.split(',')]
