@@ -11,7 +11,7 @@ measured decoder.step() timed with time.perf_counter, gc off), the arms alternat
 over SESSIONS pairs. Prints per cell each arm's median of session medians, new / base with a
 bootstrap interval over the pairs, and the median step by step index over the sessions (the
 within-session trend).
-Usage: inproc.py BASE CTX[,CTX] ARCH...
+Usage: [BASE_CONFIG=own] inproc.py BASE CTX[,CTX] ARCH...
 """
 import gc
 import importlib
@@ -26,6 +26,9 @@ from physinf_ros.measurement.stats import bootstrap_ratio_ci
 import torch
 
 SESSIONS = 10
+# BASE_CONFIG=own: the base decoder takes its own config/kernels.yaml (an A/B of launch shapes
+# and switches); by default both arms take the tree's, and only the code differs.
+OWN_CONFIG = os.environ.get('BASE_CONFIG') == 'own'
 
 
 def base_module(path: str, name: str):
@@ -56,6 +59,8 @@ def session(engine, cls, plan: Plan, ctx: int, slot: int):
         weights, info, device, config = d.weights, d.info, d.device, d.ops.config
         engine.decoder = d = None
         gc.collect()
+        if OWN_CONFIG:   # the base's own kernels.yaml, not the tree's
+            config = None
         engine.decoder = cls(weights, info, device, graphed=True, kernel_config=config)
     ids = prompt_ids(engine.source.hf_config['vocab_size'], ctx, plan.seed, slot)
     return timed_session(engine.decoder, ids, plan)[1]   # the protocol's session: step times
