@@ -70,14 +70,23 @@ def test_second_decoder_of_the_same_name_exits_1_and_the_first_keeps_serving(
     served_once(first)
 
 
-# A decoder whose first listening heard nothing (as when discovery is slow on a busy host). A
-# decoder that hangs prints every thread's stack after 90 s, so the failure shows where.
+# A decoder whose first listening heard nothing (as when discovery is slow on a busy host). It
+# does not listen at all: listening for 0 s still spun once, and on a fast host the first's name
+# came within that spin, so it was refused at start, not as these tests need (a CI run of
+# session 29). A decoder that hangs prints every thread's stack after 90 s, so the failure shows
+# where.
 DEAF_AT_START = """
 import faulthandler
 import sys
 faulthandler.dump_traceback_later(90)
 import physinf_ros.nodes.instance_claim as claim
-claim.DISCOVERY_S = claim.RECORD_GRACE_S = 0.0
+
+
+def claim_deaf(node_name):
+    return claim.new_record(), {}, 'heard nothing (deaf at start)'
+
+
+claim.claim_name = claim_deaf
 """
 RUN_DECODER = """
 from physinf_ros.nodes.decoder_node import main
