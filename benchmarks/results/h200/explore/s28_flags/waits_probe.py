@@ -45,37 +45,58 @@ def _wait_unless_free(PDL: tl.constexpr, FREE: tl.constexpr):
 """
 
 
+GEMV_KERNELS = ('_matvec_kernel', '_gate_up_kernel')
+
+
+def kernel_head(source, name):
+    """Return the def line(s) of kernel `name` in a kernels.py source, through `PDL`."""
+    return re.search(rf'def {name}\((.|\n)*?PDL: tl.constexpr\):\n', source).group(0)
+
+
+def add_switch(source, switch, note):
+    """
+    Return a kernels.py source with a constexpr `switch` on the dense GEMV and gate/up kernels.
+
+    Each launch sets it from the module's set of the same name: True for the GEMVs, as
+    (kind, n, k), listed there.
+    """
+    for name in GEMV_KERNELS:
+        head = kernel_head(source, name)
+        source = source.replace(head, head.replace(
+            'PDL: tl.constexpr):', f'PDL: tl.constexpr, {switch}: tl.constexpr):'))
+    launch = 'STREAM=config.stream(), AHEAD=cfg.tiles_ahead, num_warps=cfg.num_warps,'
+    assert source.count(launch) == 1
+    source = source.replace(launch, launch + f' {switch}=(kind, n, k) in {switch},')
+    gate_up = 'BLOCK_K=cfg.block_k, EVEN=_even(n, k, cfg), STREAM=config.stream(),\n'
+    assert source.count(gate_up) == 1
+    source = source.replace(gate_up,
+                            gate_up + f"        {switch}=('gate_up', n, k) in {switch},\n")
+    return source + f'\n\n{switch} = set()   # {note}\n'
+
+
 def free_source() -> str:
     """Return kernels.py with a FREE constexpr on the dense GEMV and gate/up kernels."""
     source = open(kernels.__file__).read()
-    for name in ('_matvec_kernel', '_gate_up_kernel'):
-        head = re.search(rf'def {name}\((.|\n)*?PDL: tl.constexpr\):\n', source).group(0)
+    for name in GEMV_KERNELS:
+        head = kernel_head(source, name)
         body_start = source.index(head) + len(head)
         sync = source.index('    _grid_sync(PDL)\n', body_start)
         source = (source[:body_start] + source[body_start:sync]
                   + '    _wait_unless_free(PDL, FREE)\n'
                   + source[sync + len('    _grid_sync(PDL)\n'):])
-        source = source.replace(head, head.replace('PDL: tl.constexpr):',
-                                                   'PDL: tl.constexpr, FREE: tl.constexpr):'))
     anchor = '@triton.jit\ndef _inv_rms('
     assert source.count(anchor) == 1
     source = source.replace(anchor, GO.lstrip('\n') + anchor)
-    launch = 'STREAM=config.stream(), AHEAD=cfg.tiles_ahead, num_warps=cfg.num_warps,'
-    assert source.count(launch) == 1
-    source = source.replace(launch, launch + ' FREE=(kind, n, k) in FREE,')
-    gate_up = 'BLOCK_K=cfg.block_k, EVEN=_even(n, k, cfg), STREAM=config.stream(),\n'
-    assert source.count(gate_up) == 1
-    source = source.replace(gate_up, gate_up + "        FREE=('gate_up', n, k) in FREE,\n")
-    return source + '\n\nFREE = set()   # (kind, n, k) of the GEMVs launched without a wait\n'
+    return add_switch(source, 'FREE', '(kind, n, k) of the GEMVs launched without a wait')
 
 
-def make_ops(module, config, free):
-    class FreeOps(module.KernelOps):
-        """The package's ops; the GEMVs in `free` launched without their wait."""
+def switched_ops(module, config, switch, gemvs):
+    """Return the package's ops (module's) with the module's set `switch` holding gemvs."""
+    class SwitchedOps(module.KernelOps):
 
         def _set(self):
-            module.FREE.clear()
-            module.FREE.update(free)
+            getattr(module, switch).clear()
+            getattr(module, switch).update(gemvs)
 
         def rms_matvec(self, *args, **kw):
             self._set()
@@ -89,7 +110,12 @@ def make_ops(module, config, free):
             self._set()
             return super().rms_gate_up_silu(*args, **kw)
 
-    return FreeOps(config)
+    return SwitchedOps(config)
+
+
+def make_ops(module, config, free):
+    """Return the package's ops, the GEMVs in `free` launched without their wait."""
+    return switched_ops(module, config, 'FREE', free)
 
 
 def gemvs(c):

@@ -14,7 +14,6 @@ order reversed every other round.
 Usage: ring_probe.py ARCH:CTX[,CTX]... (PYTHONPATH the repository root)
 """
 import os
-import re
 import statistics
 import sys
 
@@ -24,7 +23,7 @@ sys.path.insert(0, os.path.join(HERE, '..', 's28_flags'))
 from physinf_ros.engine import kernels  # noqa: E402
 from timeline import kernels_module, Model, step_ms  # noqa: E402
 import torch  # noqa: E402
-from waits_probe import gemvs  # noqa: E402
+from waits_probe import add_switch, gemvs, kernel_head, switched_ops  # noqa: E402
 
 ROUNDS = 5
 RING = """
@@ -129,46 +128,19 @@ def ring_source() -> str:
                                 '            gate_rows, up_rows, row_mask, X, NORM, K, '
                                 'BLOCK_N, BLOCK_K, EVEN, STREAM, PDL)\n')}
     for name, (first, last, call) in cuts.items():
-        head = re.search(rf'def {name}\((.|\n)*?PDL: tl.constexpr\):\n', source).group(0)
-        start = source.index(first, source.index(head))
+        start = source.index(first, source.index(kernel_head(source, name)))
         end = source.index(last, start) + len(last)
         source = (source[:start] + '    if RING:\n' + call + '    else:\n'
                   + _indent(source[start:end]) + source[end:])
-        source = source.replace(head, head.replace('PDL: tl.constexpr):',
-                                                   'PDL: tl.constexpr, RING: tl.constexpr):'))
     anchor = '@triton.jit\ndef _matvec_kernel('
     assert source.count(anchor) == 1
     source = source.replace(anchor, RING.lstrip('\n') + anchor)
-    launch = 'STREAM=config.stream(), AHEAD=cfg.tiles_ahead, num_warps=cfg.num_warps,'
-    assert source.count(launch) == 1
-    source = source.replace(launch, launch + ' RING=(kind, n, k) in RING,')
-    gate_up = 'BLOCK_K=cfg.block_k, EVEN=_even(n, k, cfg), STREAM=config.stream(),\n'
-    assert source.count(gate_up) == 1
-    source = source.replace(gate_up, gate_up + "        RING=('gate_up', n, k) in RING,\n")
-    return source + '\n\nRING = set()   # (kind, n, k) of the GEMVs on v33\n'
+    return add_switch(source, 'RING', '(kind, n, k) of the GEMVs on v33')
 
 
 def make_ops(module, config, ring):
-    class RingOps(module.KernelOps):
-        """The package's ops; the GEMVs in `ring` on v33."""
-
-        def _set(self):
-            module.RING.clear()
-            module.RING.update(ring)
-
-        def rms_matvec(self, *args, **kw):
-            self._set()
-            return super().rms_matvec(*args, **kw)
-
-        def matvec_add(self, *args, **kw):
-            self._set()
-            return super().matvec_add(*args, **kw)
-
-        def rms_gate_up_silu(self, *args, **kw):
-            self._set()
-            return super().rms_gate_up_silu(*args, **kw)
-
-    return RingOps(config)
+    """Return the package's ops, the GEMVs in `ring` on v33."""
+    return switched_ops(module, config, 'RING', ring)
 
 
 def main():
