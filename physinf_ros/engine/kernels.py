@@ -407,7 +407,10 @@ def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
     if HAS_NORM:
         y *= _inv_rms(squares, K, eps)
     if ACCUMULATE:
-        tl.atomic_add(Y + rows, y, mask=row_mask)
+        # Relaxed: a reduction the program does not wait for. Triton's default (acq_rel) makes
+        # every program wait for L2 round trips before it exits, and nothing needs the order:
+        # the next kernel reads Y after its PDL wait, once this grid has ended (docs/PERF.md, v35).
+        tl.atomic_add(Y + rows, y, mask=row_mask, sem='relaxed')
     else:
         if HAS_BIAS:
             y += tl.load(BIAS + rows, mask=row_mask, other=0.0).to(tl.float32)
@@ -421,7 +424,8 @@ def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
         row = tl.min(tl.where(y == best, rows, N), axis=0)
         bits = best.to(tl.int32, bitcast=True)
         key = bits ^ ((bits >> 31) & 0x7FFFFFFF)
-        tl.atomic_max(ARGMAX, (key.to(tl.int64) << 32) | (0xFFFFFFFF - row.to(tl.int64)))
+        tl.atomic_max(ARGMAX, (key.to(tl.int64) << 32) | (0xFFFFFFFF - row.to(tl.int64)),
+                      sem='relaxed')   # read by the next kernel after its wait, as Y above
 
 
 @triton.jit
@@ -629,7 +633,7 @@ def _q4_gemv_kernel(QW, S, Z, X, Y, NORM, BIAS, N, K, N_ALL, eps, MAGIC,
         up = tl.sum(acc_up, axis=0)
         y = y * tl.sigmoid(y) * up
     if ACCUMULATE:
-        tl.atomic_add(Y + cols, y, mask=col_mask)
+        tl.atomic_add(Y + cols, y, mask=col_mask, sem='relaxed')   # as _matvec_kernel's
     else:
         if HAS_BIAS:
             y += tl.load(BIAS + cols, mask=col_mask, other=0.0).to(tl.float32)

@@ -2,8 +2,9 @@
 Compile the decode kernels for Hopper (sm_90) ahead of time, no GPU needed.
 
 Run as a script (without TRITON_INTERPRET): prints one JSON line per kernel variant with whether
-it compiled and the widths of its global loads in the SASS. engine/test_kernel_compile.py runs it,
-so CI catches kernels that only fail when compiled for a GPU.
+it compiled, the widths of its global loads in the SASS, and its atomics and memory-order
+instructions (fences, L1 invalidations). engine/test_kernel_compile.py runs it, so CI catches
+kernels that only fail when compiled for a GPU.
 """
 
 import collections
@@ -90,7 +91,8 @@ def compile_one(fn, signature, constexprs):
                             'cuobjdump')
         sass = subprocess.run([tool, '-sass', cubin.name], capture_output=True,
                               text=True).stdout
-    return dict(collections.Counter(re.findall(r'LDG\.E[.\w]*', sass)))
+    return (dict(collections.Counter(re.findall(r'LDG\.E[.\w]*', sass))),
+            dict(collections.Counter(re.findall(r'\b(MEMBAR|CCTL|ATOMG|REDG)\b', sass))))
 
 
 def main():
@@ -98,8 +100,9 @@ def main():
         name = fn.__name__
         shown = {k: v for k, v in constexprs.items() if k not in ('DOT', 'WDTYPE')}
         try:
-            print(json.dumps({'kernel': name, 'constexprs': shown,
-                              'loads': compile_one(fn, signature, constexprs)}))
+            loads, order = compile_one(fn, signature, constexprs)
+            print(json.dumps({'kernel': name, 'constexprs': shown, 'loads': loads,
+                              'order': order}))
         except Exception as exc:  # noqa: B902 - report every failing variant, not the first
             print(json.dumps({'kernel': name, 'constexprs': shown, 'error': str(exc)[-1500:]}))
 

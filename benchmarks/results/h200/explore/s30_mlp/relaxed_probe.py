@@ -1,0 +1,98 @@
+"""
+Session 30: the GEMVs' atomics without acquire-release ordering (v35).
+
+The package's matvec_add adds its sums into the residual with `tl.atomic_add` and the greedy
+head folds each program's best logit into one slot with `tl.atomic_max`, both at Triton's default
+order, acq_rel. Compiled for sm_90 that is MEMBAR.ALL.GPU before the atomic (the program waits
+for its memory operations to complete) and CCTL.IVALL after it (the atomic's reply awaited, L1
+invalidated): each program's exit waits for L2 round trips. Nothing in the step needs that order:
+the next kernel reads these sums only after its PDL wait, which waits for the whole grid to end
+and its writes to be flushed. With sem='relaxed' the add is a fire-and-forget REDG and the
+program ends at once. The arms: kernels.py loaded as modules of their own (session 14's
+kernels_module) with the adds, the argmax's max, or both relaxed; each checked against the
+package's logits, then the step (layers and the greedy head, graphed), ROUNDS interleaved rounds,
+the arms' order reversed every other round.
+Usage: relaxed_probe.py ARCH:CTX[,CTX]... (PYTHONPATH the repository root)
+"""
+import os
+import statistics
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, '..', 's14_timeline'))
+from physinf_ros.bench.attention import _time_cuda_graph  # noqa: E402
+from physinf_ros.engine import kernels  # noqa: E402
+from physinf_ros.engine.llama import decode_layers  # noqa: E402
+from timeline import kernels_module, Model  # noqa: E402
+import torch  # noqa: E402
+
+ROUNDS = 5
+ADDS = ('tl.atomic_add(Y + rows, y, mask=row_mask)', 'tl.atomic_add(Y + cols, y, mask=col_mask)')
+MAX = 'tl.atomic_max(ARGMAX, (key.to(tl.int64) << 32) | (0xFFFFFFFF - row.to(tl.int64)))'
+
+
+def relaxed_source(anchors):
+    """Return kernels.py with the atomics in `anchors` relaxed."""
+    source = open(kernels.__file__).read()
+    for anchor in anchors:
+        assert source.count(anchor) == 1, anchor
+        source = source.replace(anchor, anchor[:-1] + ", sem='relaxed')")
+    return source
+
+
+class GreedyModel(Model):
+    """timeline.Model whose step ends in the greedy head (the protocol's step)."""
+
+    def step(self, ops, ctx):
+        self.pos.fill_(ctx - 1)
+        x = decode_layers(self.w, self.cache, self.token, self.pos, self.cos, self.sin, ops)
+        ops.greedy_head(x, self.w.norm, self.w.lm_head, self.config.rms_norm_eps, self.logits,
+                        self.token, self.pos, None)
+
+
+def step_ms(model, ops, ctx):
+    return statistics.median(_time_cuda_graph(lambda: model.step(ops, ctx), 30)) * 1e3
+
+
+def main():
+    dev = torch.device('cuda')
+    config = kernels.KernelConfig.for_device(dev)
+    modules = {'relaxed adds': ADDS, 'relaxed max': (MAX,), 'relaxed both': ADDS + (MAX,)}
+    for spec in sys.argv[1:]:
+        arch, contexts = spec.split(':')
+        contexts = [int(c) for c in contexts.split(',')]
+        model = GreedyModel(arch, max(contexts) + 64, dev)
+        arms = {'package': kernels.KernelOps(config)}
+        for name, anchors in modules.items():
+            module = kernels_module(relaxed_source(anchors), name.replace(' ', '_'))
+            arms[name] = module.KernelOps(config)
+        for ctx in contexts:
+            outs = {}
+            for name, ops in arms.items():
+                model.token.fill_(77)
+                model.step(ops, ctx)
+                torch.cuda.synchronize()
+                outs[name] = model.logits.clone(), int(model.token)
+            base, token = outs['package']
+            for name, (logits, tok) in outs.items():
+                diff = ((logits - base).norm() / base.norm()).item()
+                print(f'{arch} ctx {ctx} {name}: logits vs package {diff:.1e}, token {tok} '
+                      f'(package {token})', flush=True)
+            times = {name: [] for name in arms}
+            for rnd in range(ROUNDS):
+                for name in (list(arms) if rnd % 2 == 0 else list(arms)[::-1]):
+                    times[name].append(step_ms(model, arms[name], ctx))
+            base_ms = statistics.median(times['package'])
+            layers = model.config.num_layers
+            print(f'{arch} ctx {ctx}, {layers} layers:', flush=True)
+            for name, t in times.items():
+                med = statistics.median(t)
+                print(f'  {name:14s} {med:.4f} ms  {1e3 * (med - base_ms):+7.1f} us '
+                      f'({1e3 * (med - base_ms) / layers:+5.2f} a layer)  rounds '
+                      + ' '.join(f'{x:.4f}' for x in t), flush=True)
+        del model, arms
+        torch.cuda.empty_cache()
+
+
+if __name__ == '__main__':
+    main()
