@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 30, run 4 (carries the embedded GGUF's parts 0-2, stashed for run 5 on the same
+# Session 30, run 4 (carries the embedded GGUF's parts 0-1, stashed for run 6 on the same
 # machine): at the package as submitted (v35), the GPU tests that do not load the embedded model
 # (test_kernels.py, test_gpu_engine.py, test_q4.py, test_gptq_engine.py), then the protocol
 # graphed on the bf16 8B (5 sessions) and the 4-bit 8B (3 sessions), ctx 2048 and 16384.
