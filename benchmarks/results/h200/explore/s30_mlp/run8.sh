@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Session 30, run 8: how the host learns a synchronous step's token (wait_probe.py): the
-# decoder's event wait, a spin on the event's query, and a poll of the pinned row; ctx 2048, the
-# four shapes.
+# Session 30, run 8: how the host learns a synchronous step's token (wait_probe.py, before its
+# numpy poll): the decoder's event wait, a spin on the event's query, and a poll of the pinned
+# row; ctx 2048, the four shapes.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../../../../.."

@@ -11,7 +11,8 @@ the host with time.perf_counter:
   query  the same, waiting by spinning on Event.query()
   poll   the row's time cleared before the replay, then read until the step's kernel has
          written it (the event is still recorded, not waited for); its token checked against
-         the event's arm
+         the row once the event has completed
+  poll numpy  the same through a numpy view of the row (a read costs no tensor op: run 9)
 and the device's own time (step_ms, the kernels' stamps) of the `step` arm.
 Usage: wait_probe.py CTX ARCH...
 """
@@ -26,6 +27,7 @@ from physinf_ros.engine.loading import load
 import torch
 
 ROUNDS, STEPS = 5, 60
+NUMPY = True   # run 8 checked the tensor poll's rows (False), run 9 the numpy poll's
 
 
 def main(ctx: int, archs) -> None:
@@ -37,7 +39,7 @@ def main(ctx: int, archs) -> None:
         decoder.prefill(prompt_ids(engine.source.hf_config['vocab_size'], ctx, plan.seed, 0),
                         Sampling())
         graph = decoder._graph(True)
-        times = {'step': [], 'query': [], 'poll': [], 'step_ms': []}
+        times = {'step': [], 'query': [], 'poll': [], 'poll numpy': [], 'step_ms': []}
         tokens = {'step': [], 'poll': []}
 
         def step():
@@ -66,7 +68,20 @@ def main(ctx: int, archs) -> None:
                 pass
             tokens['poll'].append(int(row[0]))
 
-        arms = {'step': step, 'query': query, 'poll': poll}
+        views = [row.numpy() for row in decoder._host_out]   # the pinned rows, no tensor ops
+
+        def poll_numpy():
+            index = decoder.position % len(decoder._done)
+            row = views[index]
+            row[1] = 0
+            graph.replay()
+            decoder._position += 1
+            decoder._done[index].record()
+            while row[1] == 0:
+                pass
+            tokens['poll'].append(int(row[0]))
+
+        arms = {'step': step, 'query': query, 'poll': poll, 'poll numpy': poll_numpy}
         for _ in range(10):
             step()
         # Is the polled row whole? Its token read at the poll against the same row once the
@@ -74,7 +89,7 @@ def main(ctx: int, archs) -> None:
         stale = 0
         for _ in range(200):
             index = decoder.position % len(decoder._done)
-            poll()
+            (poll_numpy if NUMPY else poll)()
             decoder._done[index].synchronize()
             stale += tokens['poll'][-1] != int(decoder._host_out[index][0])
         tokens['poll'].clear()
