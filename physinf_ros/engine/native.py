@@ -7,12 +7,12 @@ token and position live in device tensors that the graph itself advances, so a s
 replay, whose last kernel writes the chosen token into pinned host memory.
 
 On CUDA (graphed or eager) a step is launched without waiting for it: its last kernel writes
-its token into a pinned host row and an event after it marks when it is there, so the
-generation loop can queue step n+1 before it hands token n to its caller and the device never
-waits for the host's publishing. A step also times itself: its first kernel stamps the GPU's
-clock, and its last writes the nanoseconds since then beside the token. No timing event sits in
-or before the graph and no copy after it; each cost the synchronous step 3-35 us (docs/PERF.md,
-sessions 21 and 23).
+its token into a pinned host row, which the host reads as it lands (an event after the step is
+the fallback), so the generation loop can queue step n+1 before it hands token n to its caller
+and the device never waits for the host's publishing. A step also times itself: its first
+kernel stamps the GPU's clock, and its last writes the nanoseconds since then beside the token.
+No timing event sits in or before the graph and no copy after it; each cost the synchronous step
+3-35 us (docs/PERF.md, sessions 21 and 23).
 
 Context policy: graphs per sampling mode (greedy, sampled), captured for max_context. The
 attention kernel reads the filled length from the device position, so the graph reads only
@@ -22,6 +22,7 @@ the filled part of the cache at every length: no buckets, no padding to the maxi
 from dataclasses import replace
 from typing import Callable, Dict, Optional, Sequence, TYPE_CHECKING
 
+import numpy
 import torch
 
 from . import ops_torch
@@ -34,16 +35,39 @@ if TYPE_CHECKING:   # kernels imports triton, which only CUDA runs need
     from .kernels import KernelConfig
 
 
+# A pinned reply row's fields (token, step time in ns) before the step writes them.
+_UNWRITTEN = -1
+# Reads of a reply row between looks at the step's event, which end a wait on a row that was
+# never written (a step that wrote no reply) instead of spinning on it forever.
+_READS_PER_QUERY = 1024
+
+
 class _DeviceStep:
     """A step queued on the device: its token and time land in a pinned row, then its event."""
 
-    def __init__(self, slot: torch.Tensor, done: torch.cuda.Event):
-        self._slot, self._done = slot, done
+    def __init__(self, row: numpy.ndarray, done: torch.cuda.Event):
+        self._row, self._done = row, done
+        self._result: Optional[StepResult] = None
 
     def wait(self) -> StepResult:
-        self._done.synchronize()
-        token, step_ns = self._slot.tolist()
-        return StepResult(token, step_ns / 1e6)
+        # The row is read as the step's last kernel writes it over PCIe, before that kernel
+        # ends and the event after it completes: 2-11 us sooner than Event.synchronize() on a
+        # synchronous step (docs/PERF.md, session 30, run 9). Each field is one 8-byte write, so
+        # once neither holds _UNWRITTEN both hold the step's values.
+        if self._result is None:
+            row, reads = self._row, 0
+            while row[0] == _UNWRITTEN or row[1] == _UNWRITTEN:
+                reads += 1
+                if reads % _READS_PER_QUERY == 0 and self._done.query() and (
+                        row[0] == _UNWRITTEN or row[1] == _UNWRITTEN):
+                    raise EngineError('a decode step ended without writing its reply row')
+            self._result = StepResult(int(row[0]), int(row[1]) / 1e6)
+            row[:] = _UNWRITTEN   # ready for the step LAUNCHED_AHEAD positions on
+        return self._result
+
+    @property
+    def waited(self) -> bool:
+        return self._result is not None
 
 
 class NativeDecoder:
@@ -88,9 +112,11 @@ class NativeDecoder:
         # token and device time (ns). A launched step's row and event stay intact until
         # LAUNCHED_AHEAD more are launched, by which time the loop has read them. Pinned on
         # CUDA, where the device writes it.
-        self._host_out = torch.zeros(LAUNCHED_AHEAD, 2, dtype=torch.long,
-                                     pin_memory=device.type == 'cuda')
+        self._host_out = torch.full((LAUNCHED_AHEAD, 2), _UNWRITTEN, dtype=torch.long,
+                                    pin_memory=device.type == 'cuda')
         if device.type == 'cuda':
+            self._rows = [row.numpy() for row in self._host_out]   # read without tensor ops
+            self._in_row: list = [None] * LAUNCHED_AHEAD   # the last step launched into each
             self._done = [torch.cuda.Event() for _ in range(LAUNCHED_AHEAD)]
             self._warm_up()
 
@@ -183,10 +209,17 @@ class NativeDecoder:
             return DeferredStep(self._run_step)   # a CPU computes as it launches
         check_room(self._position, self.info.max_context)
         index = self._position % LAUNCHED_AHEAD   # the row the step's kernels write
+        row, done, last = self._rows[index], self._done[index], self._in_row[index]
+        if (last is not None and not last.waited) or row[0] != _UNWRITTEN \
+                or row[1] != _UNWRITTEN:
+            # A step dropped in flight, or the warm-up's, may still write this row: let it
+            # finish (its event, not yet recorded again) before the row is cleared for this one.
+            done.synchronize()
+            row[:] = _UNWRITTEN
         self._enqueue_step()
-        done = self._done[index]
         done.record()
-        return _DeviceStep(self._host_out[index], done)
+        step = self._in_row[index] = _DeviceStep(row, done)
+        return step
 
     def _need_prefill(self) -> None:
         if not self._started:
