@@ -243,6 +243,26 @@ def check_arm(model, ops, base_logits, ctx):
     return f'logits vs package {diff:.1e}' + (f'; COUNTERS WRONG: {wrong}' if wrong else '')
 
 
+def time_rounds(model, arms, arch, ctx, step_ms, width, rounds=ROUNDS):
+    """
+    Print each arm's step against arms['package']: medians of interleaved rounds.
+
+    step_ms(model, ops, ctx) times one arm once; the arms' order is reversed every other round.
+    """
+    times = {name: [] for name in arms}
+    for rnd in range(rounds):
+        for name in (list(arms) if rnd % 2 == 0 else list(arms)[::-1]):
+            times[name].append(step_ms(model, arms[name], ctx))
+    base = statistics.median(times['package'])
+    layers = model.config.num_layers
+    print(f'{arch} ctx {ctx}, {layers} layers:', flush=True)
+    for name, t in times.items():
+        med = statistics.median(t)
+        print(f'  {name:{width}s} {med:.4f} ms  {1e3 * (med - base):+7.1f} us '
+              f'({1e3 * (med - base) / layers:+5.2f} a layer)  rounds '
+              + ' '.join(f'{x:.4f}' for x in t), flush=True)
+
+
 def main():
     dev = torch.device('cuda')
     config = kernels.KernelConfig.for_device(dev)
@@ -277,18 +297,7 @@ def main():
                 if not name.startswith('free'):
                     print(f'{arch} ctx {ctx} {name}: {check_arm(model, ops, base_logits, ctx)}',
                           flush=True)
-            times = {name: [] for name in arms}
-            for rnd in range(ROUNDS):
-                for name in (list(arms) if rnd % 2 == 0 else list(arms)[::-1]):
-                    times[name].append(step_ms(model, arms[name], ctx))
-            base = statistics.median(times['package'])
-            layers = model.config.num_layers
-            print(f'{arch} ctx {ctx}, {layers} layers:', flush=True)
-            for name, t in times.items():
-                med = statistics.median(t)
-                print(f'  {name:14s} {med:.4f} ms  {1e3 * (med - base):+7.1f} us '
-                      f'({1e3 * (med - base) / layers:+5.2f} a layer)  rounds '
-                      + ' '.join(f'{x:.4f}' for x in t), flush=True)
+            time_rounds(model, arms, arch, ctx, step_ms, 14)
         del model, arms
         torch.cuda.empty_cache()
 

@@ -9,12 +9,11 @@ v33 keeps AHEAD + 1 tiles in registers of their own, unrolled, each reloaded rig
 sum, so no copy and no wait ends a turn: all of them stay in flight. Same sums in the same order.
 The arms: kernels.py loaded as a module of its own with a RING switch per GEMV (kind, n, k),
 v33 on the GEMVs named; each checked against the package's logits, then the step (layers and
-head, graphed; session 14's timeline.Model and step_ms), ROUNDS interleaved rounds, the arms'
+head, graphed; session 14's timeline.Model and step_ms), 5 interleaved rounds, the arms'
 order reversed every other round.
 Usage: ring_probe.py ARCH:CTX[,CTX]... (PYTHONPATH the repository root)
 """
 import os
-import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -23,9 +22,9 @@ sys.path.insert(0, os.path.join(HERE, '..', 's28_flags'))
 from physinf_ros.engine import kernels  # noqa: E402
 from timeline import kernels_module, Model, step_ms  # noqa: E402
 import torch  # noqa: E402
-from waits_probe import add_switch, gemvs, kernel_head, switched_ops  # noqa: E402
+from waits_probe import (add_switch, gemvs, kernel_head, switched_ops,  # noqa: E402
+                         time_rounds)
 
-ROUNDS = 5
 RING = """
 @triton.jit
 def _ring_x(X, NORM, k0, k_end, squares, HAS_NORM: tl.constexpr, WT: tl.constexpr,
@@ -173,17 +172,7 @@ def main():
                 same = torch.equal(model.logits, base)
                 print(f'{arch} ctx {ctx} {name}: logits vs package {diff:.1e}'
                       f'{" (bit for bit)" if same else ""}', flush=True)
-            times = {name: [] for name in arms}
-            for rnd in range(ROUNDS):
-                for name in (list(arms) if rnd % 2 == 0 else list(arms)[::-1]):
-                    times[name].append(step_ms(model, arms[name], ctx))
-            base_ms = statistics.median(times['package'])
-            print(f'{arch} ctx {ctx}, {c.num_layers} layers:', flush=True)
-            for name, t in times.items():
-                med = statistics.median(t)
-                print(f'  {name:28s} {med:.4f} ms  {1e3 * (med - base_ms):+7.1f} us '
-                      f'({1e3 * (med - base_ms) / c.num_layers:+5.2f} a layer)  rounds '
-                      + ' '.join(f'{x:.4f}' for x in t), flush=True)
+            time_rounds(model, arms, arch, ctx, step_ms, 28)
         del model, arms
         torch.cuda.empty_cache()
 

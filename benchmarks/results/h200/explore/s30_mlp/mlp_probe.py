@@ -16,16 +16,17 @@ package's [H, I] (a program reads BLOCK_N columns of every row).
 Arms: the package; o_proj's copy alone (the package's MLP after it); v34 at several launch
 shapes. Each is checked against a float32 step (ops_torch, the same weights and cache) and the
 package's logits, then timed as the step (layers and head, graphed; session 14's timeline.Model
-and step_ms), ROUNDS interleaved rounds, the arms' order reversed every other round.
+and step_ms), 5 interleaved rounds, the arms' order reversed every other round
+(../s28_flags/waits_probe.py's time_rounds).
 Usage: mlp_probe.py ARCH:CTX[,CTX]... (PYTHONPATH the repository root)
 """
 from dataclasses import fields, replace
 import os
-import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', 's14_timeline'))
+sys.path.insert(0, os.path.join(HERE, '..', 's28_flags'))
 from physinf_ros.engine import kernels, ops_torch  # noqa: E402
 from physinf_ros.engine.kernels import _grid_sync, _load, _pdl, _tile  # noqa: E402, F401
 from physinf_ros.engine.llama import decode_layers, gate_up_block  # noqa: E402
@@ -33,8 +34,7 @@ from timeline import Model, step_ms  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-
-ROUNDS = 5
+from waits_probe import time_rounds  # noqa: E402
 
 
 @triton.jit
@@ -228,18 +228,7 @@ def main():
                       f'vs package {rel(model.logits, base_logits):.2e}, argmax '
                       f'{int(model.logits.argmax())} (float32 {int(reference.argmax())})',
                       flush=True)
-            times = {name: [] for name in arms}
-            for rnd in range(ROUNDS):
-                for name in (list(arms) if rnd % 2 == 0 else list(arms)[::-1]):
-                    times[name].append(step_ms(model, arms[name], ctx))
-            base = statistics.median(times['package'])
-            layers = model.config.num_layers
-            print(f'{arch} ctx {ctx}, {layers} layers:', flush=True)
-            for name, t in times.items():
-                med = statistics.median(t)
-                print(f'  {name:22s} {med:.4f} ms  {1e3 * (med - base):+7.1f} us '
-                      f'({1e3 * (med - base) / layers:+5.2f} a layer)  rounds '
-                      + ' '.join(f'{x:.4f}' for x in t), flush=True)
+            time_rounds(model, arms, arch, ctx, step_ms, 22)
         del model, arms
         torch.cuda.empty_cache()
 

@@ -10,8 +10,8 @@ the next kernel reads these sums only after its PDL wait, which waits for the wh
 and its writes to be flushed. With sem='relaxed' the add is a fire-and-forget REDG and the
 program ends at once. The arms: kernels.py loaded as modules of their own (session 14's
 kernels_module) with the adds, the argmax's max, or both relaxed; each checked against the
-package's logits, then the step (layers and the greedy head, graphed), ROUNDS interleaved rounds,
-the arms' order reversed every other round.
+package's logits, then the step (layers and the greedy head, graphed), 5 interleaved rounds, the
+arms' order reversed every other round (../s28_flags/waits_probe.py's time_rounds).
 Usage: relaxed_probe.py ARCH:CTX[,CTX]... (PYTHONPATH the repository root)
 """
 import os
@@ -20,13 +20,14 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', 's14_timeline'))
+sys.path.insert(0, os.path.join(HERE, '..', 's28_flags'))
 from physinf_ros.bench.attention import _time_cuda_graph  # noqa: E402
 from physinf_ros.engine import kernels  # noqa: E402
 from physinf_ros.engine.llama import decode_layers  # noqa: E402
 from timeline import kernels_module, Model  # noqa: E402
 import torch  # noqa: E402
+from waits_probe import time_rounds  # noqa: E402
 
-ROUNDS = 5
 ADDS = ('tl.atomic_add(Y + rows, y, mask=row_mask)', 'tl.atomic_add(Y + cols, y, mask=col_mask)')
 MAX = 'tl.atomic_max(ARGMAX, (key.to(tl.int64) << 32) | (0xFFFFFFFF - row.to(tl.int64)))'
 
@@ -78,18 +79,7 @@ def main():
                 diff = ((logits - base).norm() / base.norm()).item()
                 print(f'{arch} ctx {ctx} {name}: logits vs package {diff:.1e}, token {tok} '
                       f'(package {token})', flush=True)
-            times = {name: [] for name in arms}
-            for rnd in range(ROUNDS):
-                for name in (list(arms) if rnd % 2 == 0 else list(arms)[::-1]):
-                    times[name].append(step_ms(model, arms[name], ctx))
-            base_ms = statistics.median(times['package'])
-            layers = model.config.num_layers
-            print(f'{arch} ctx {ctx}, {layers} layers:', flush=True)
-            for name, t in times.items():
-                med = statistics.median(t)
-                print(f'  {name:14s} {med:.4f} ms  {1e3 * (med - base_ms):+7.1f} us '
-                      f'({1e3 * (med - base_ms) / layers:+5.2f} a layer)  rounds '
-                      + ' '.join(f'{x:.4f}' for x in t), flush=True)
+            time_rounds(model, arms, arch, ctx, step_ms, 14)
         del model, arms
         torch.cuda.empty_cache()
 
