@@ -20,7 +20,7 @@ the filled part of the cache at every length: no buckets, no padding to the maxi
 """
 
 from dataclasses import replace
-from typing import Callable, Dict, Optional, Sequence, TYPE_CHECKING
+from typing import Callable, Dict, List, Optional, Sequence, TYPE_CHECKING
 
 import numpy
 import torch
@@ -116,7 +116,8 @@ class NativeDecoder:
                                     pin_memory=device.type == 'cuda')
         if device.type == 'cuda':
             self._rows = [row.numpy() for row in self._host_out]   # read without tensor ops
-            self._in_row: list = [None] * LAUNCHED_AHEAD   # the last step launched into each
+            # the last step launched into each row
+            self._in_row: List[Optional[_DeviceStep]] = [None] * LAUNCHED_AHEAD
             self._done = [torch.cuda.Event() for _ in range(LAUNCHED_AHEAD)]
             self._warm_up()
 

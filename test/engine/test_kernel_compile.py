@@ -1,7 +1,5 @@
 """
-The Triton kernels compile for Hopper (sm_90): wide weight loads, atomics never waited for.
-
-They stream weights with 16-byte loads, and end in atomics that no program waits for.
+The Triton kernels compile for Hopper (sm_90): 16-byte weight loads, atomics never waited for.
 
 The interpreter that runs the kernels on CI executes them as Python, so a kernel that only fails
 when compiled for a GPU would pass there; this compiles every variant for sm_90 without a GPU.
