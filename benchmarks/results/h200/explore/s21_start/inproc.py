@@ -12,6 +12,9 @@ over SESSIONS pairs. Prints per cell each arm's median of session medians, new /
 bootstrap interval over the pairs, and the median step by step index over the sessions (the
 within-session trend).
 Usage: [BASE_CONFIG=own] inproc.py BASE CTX[,CTX] ARCH...
+BASE may also be `flags:NAME=VALUE[,NAME=VALUE]` (session 31): the base arm is the tree's own
+decoder with those KernelConfig.with_flag switches, an A/B of settings that also takes the
+4-bit models (a base package's PackedLinear is not the tree's, so it cannot run them).
 """
 import gc
 import importlib
@@ -42,7 +45,21 @@ def base_module(path: str, name: str):
     return importlib.import_module('physinf_ros_base.' + name)
 
 
+def flagged(flags: str):
+    """The tree's decoder class, its kernel configuration with flags (NAME=VALUE,...) set."""
+    from physinf_ros.engine.native import NativeDecoder
+
+    def make(weights, info, device, graphed, kernel_config):
+        for flag in flags.split(','):
+            name, _, value = flag.partition('=')
+            kernel_config = kernel_config.with_flag(name, value)
+        return NativeDecoder(weights, info, device, graphed=graphed, kernel_config=kernel_config)
+    return make
+
+
 def base_class(path: str):
+    if path.startswith('flags:'):
+        return flagged(path[len('flags:'):])
     if os.path.isdir(path):   # a copy of the whole package (session 22)
         return base_module(path, 'engine.native').NativeDecoder
     # HEAD's native.py as a module of the package, so its relative imports resolve.
