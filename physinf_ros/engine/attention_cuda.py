@@ -18,15 +18,16 @@ from .cuda_library import Libraries, Library
 SOURCE = Path(__file__).with_name('attention_split.cu')
 HEAD_DIMS = (64, 128)     # head sizes attention_split.cu instantiates
 MAX_GROUP = 8             # query heads per kv head: rows 0..7 of its 16-row mma tiles
+STAGES = (2, 3)           # key tiles in flight per warp it instantiates (AttentionConfig.num_stages)
 
 
 def _declare(handle: ctypes.CDLL) -> None:
     fn = handle.physinf_attn_split
     fn.restype = ctypes.c_int
     # (head_dim, bf16; 9 pointers; max_context; scale; group, group_p, num_heads, kv_heads,
-    # splits, min_chunk, pdl; stream), as physinf_attn_split declares them.
+    # splits, min_chunk, stages, pdl; stream), as physinf_attn_split declares them.
     fn.argtypes = ([ctypes.c_int] * 2 + [ctypes.c_void_p] * 9 + [ctypes.c_int, ctypes.c_float]
-                   + [ctypes.c_int] * 7 + [ctypes.c_void_p])
+                   + [ctypes.c_int] * 8 + [ctypes.c_void_p])
     handle.physinf_attn_error.restype = ctypes.c_char_p
     handle.physinf_attn_error.argtypes = [ctypes.c_int]
 
@@ -61,12 +62,13 @@ def unavailable(device: torch.device) -> str:
 def split(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
           k_cache: torch.Tensor, v_cache: torch.Tensor, maxs: torch.Tensor, sums: torch.Tensor,
           accs: torch.Tensor, num_heads: int, group_p: int, splits: int,
-          min_chunk: int) -> None:
+          min_chunk: int, stages: int) -> None:
     """
     Launch the split kernel: the contract of kernels._attn_split_kernel.
 
     Rotates q and this token's k at pos, stores k and v at pos, and writes each split's partial
-    (maxs, sums, accs in rows of group_p a split) for kernels._attn_reduce_kernel.
+    (maxs, sums, accs in rows of group_p a split) for kernels._attn_reduce_kernel; stages (one
+    of STAGES) key tiles are in flight per warp.
     """
     lib = LIBRARIES.get(qkv.device)
     kv_heads, max_context, dim = k_cache.shape
@@ -74,9 +76,10 @@ def split(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Te
         dim, int(k_cache.dtype == torch.bfloat16), qkv.data_ptr(), k_cache.data_ptr(),
         v_cache.data_ptr(), pos.data_ptr(), cos.data_ptr(), sin.data_ptr(), maxs.data_ptr(),
         sums.data_ptr(), accs.data_ptr(), max_context, dim ** -0.5, num_heads // kv_heads,
-        group_p, num_heads, kv_heads, splits, min_chunk, int(lib.pdl),
+        group_p, num_heads, kv_heads, splits, min_chunk, stages, int(lib.pdl),
         torch.cuda.current_stream(qkv.device).cuda_stream)
     if code:
         raise RuntimeError(f'attention split launch failed: '
                            f'{lib.handle.physinf_attn_error(code).decode()} (cuda error {code}; '
-                           f'{num_heads} heads, {kv_heads} kv heads, head size {dim})')
+                           f'{num_heads} heads, {kv_heads} kv heads, head size {dim}, '
+                           f'{stages} stages)')

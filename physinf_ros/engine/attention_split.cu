@@ -367,43 +367,60 @@ static int launch(const float* qkv, void* k_cache, void* v_cache, const int* pos
                                  num_heads, kv_heads, splits, min_chunk, pdl);
 }
 
-// Two tiles in flight per warp: at ctx 2048 (64-128 keys a split) a split's every tile is read
-// before the PDL wait. 75 KB of shared memory at head size 128 and under 170 registers a thread:
-// three blocks can share an SM.
+// STAGES tiles in flight per warp (AttentionConfig.num_stages): at ctx 2048 (64-128 keys a
+// split) two read a split's every tile before the PDL wait. At head size 128, 75 KB of shared
+// memory with two (three blocks can share an SM) and 110 KB with three (two can).
+template <int D, typename T>
+static int launch_stages(int stages, const float* qkv, void* k_cache, void* v_cache,
+                         const int* pos, const float* cos, const float* sin, float* maxs,
+                         float* sums, float* accs, int max_context, float scale, int group,
+                         int group_p, int num_heads, int kv_heads, int splits, int min_chunk,
+                         int pdl, cudaStream_t stream) {
+  if (stages == 2)
+    return launch<D, T, 2>(qkv, k_cache, v_cache, pos, cos, sin, maxs, sums, accs, max_context,
+                           scale, group, group_p, num_heads, kv_heads, splits, min_chunk, pdl,
+                           stream);
+  if (stages == 3)
+    return launch<D, T, 3>(qkv, k_cache, v_cache, pos, cos, sin, maxs, sums, accs, max_context,
+                           scale, group, group_p, num_heads, kv_heads, splits, min_chunk, pdl,
+                           stream);
+  return (int)cudaErrorInvalidValue;
+}
+
 template <int D>
-static int launch_dtype(int bf16, const float* qkv, void* k_cache, void* v_cache, const int* pos,
-                        const float* cos, const float* sin, float* maxs, float* sums,
-                        float* accs, int max_context, float scale, int group, int group_p,
-                        int num_heads, int kv_heads, int splits, int min_chunk, int pdl,
-                        cudaStream_t stream) {
+static int launch_dtype(int bf16, int stages, const float* qkv, void* k_cache, void* v_cache,
+                        const int* pos, const float* cos, const float* sin, float* maxs,
+                        float* sums, float* accs, int max_context, float scale, int group,
+                        int group_p, int num_heads, int kv_heads, int splits, int min_chunk,
+                        int pdl, cudaStream_t stream) {
   if (bf16)
-    return launch<D, __nv_bfloat16, 2>(qkv, k_cache, v_cache, pos, cos, sin, maxs, sums, accs,
-                                       max_context, scale, group, group_p, num_heads, kv_heads,
-                                       splits, min_chunk, pdl, stream);
-  return launch<D, __half, 2>(qkv, k_cache, v_cache, pos, cos, sin, maxs, sums, accs,
-                              max_context, scale, group, group_p, num_heads, kv_heads, splits,
-                              min_chunk, pdl, stream);
+    return launch_stages<D, __nv_bfloat16>(stages, qkv, k_cache, v_cache, pos, cos, sin, maxs,
+                                           sums, accs, max_context, scale, group, group_p,
+                                           num_heads, kv_heads, splits, min_chunk, pdl, stream);
+  return launch_stages<D, __half>(stages, qkv, k_cache, v_cache, pos, cos, sin, maxs, sums,
+                                  accs, max_context, scale, group, group_p, num_heads, kv_heads,
+                                  splits, min_chunk, pdl, stream);
 }
 
 // The split kernel of kernels.rope_attention for a 16-bit cache (bf16 = 0: float16), head size
-// 64 or 128, up to MAX_GROUP query heads a kv head; the partials go where
-// kernels._attn_reduce_kernel reads them. Returns a cudaError_t (0: launched).
+// 64 or 128, up to MAX_GROUP query heads a kv head, 2 or 3 tiles in flight a warp (stages); the
+// partials go where kernels._attn_reduce_kernel reads them. Returns a cudaError_t (0: launched).
 extern "C" int physinf_attn_split(int head_dim, int bf16, const float* qkv, void* k_cache,
                                   void* v_cache, const int* pos, const float* cos,
                                   const float* sin, float* maxs, float* sums, float* accs,
                                   int max_context, float scale, int group, int group_p,
                                   int num_heads, int kv_heads, int splits, int min_chunk,
-                                  int pdl, void* stream) {
+                                  int stages, int pdl, void* stream) {
   if (group < 1 || group > MAX_GROUP || group > group_p) return (int)cudaErrorInvalidValue;
   cudaStream_t st = (cudaStream_t)stream;
   if (head_dim == 128)
-    return launch_dtype<128>(bf16, qkv, k_cache, v_cache, pos, cos, sin, maxs, sums, accs,
-                             max_context, scale, group, group_p, num_heads, kv_heads, splits,
-                             min_chunk, pdl, st);
+    return launch_dtype<128>(bf16, stages, qkv, k_cache, v_cache, pos, cos, sin, maxs, sums,
+                             accs, max_context, scale, group, group_p, num_heads, kv_heads,
+                             splits, min_chunk, pdl, st);
   if (head_dim == 64)
-    return launch_dtype<64>(bf16, qkv, k_cache, v_cache, pos, cos, sin, maxs, sums, accs,
-                            max_context, scale, group, group_p, num_heads, kv_heads, splits,
-                            min_chunk, pdl, st);
+    return launch_dtype<64>(bf16, stages, qkv, k_cache, v_cache, pos, cos, sin, maxs, sums,
+                            accs, max_context, scale, group, group_p, num_heads, kv_heads,
+                            splits, min_chunk, pdl, st);
   return (int)cudaErrorInvalidValue;
 }
 

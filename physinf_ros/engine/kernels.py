@@ -76,14 +76,16 @@ class AttentionConfig:
     min_chunk: int = 128
     block_t: int = 64
     num_warps: int = 4
-    num_stages: int = 3   # depth of Triton's pipeline of the keys loop (shared-memory tiles)
+    # Key tiles in flight per program: the depth of Triton's pipeline of the keys loop, or of
+    # the CUDA kernel's ring per warp (one of attention_cuda.STAGES).
+    num_stages: int = 3
     # Registers a thread of the split kernel may hold (Triton's maxnreg), 0 for no cap. The
     # directive changes ptxas's schedule even where the kernel needs fewer (docs/PERF.md,
     # session 19).
     max_registers: int = 0
     # The split kernel in CUDA (attention_split.cu, attention_cuda.py) where it builds and takes
-    # the shape; the Triton split kernel otherwise (and num_warps, num_stages, block_t and
-    # max_registers are the Triton kernel's alone). docs/PERF.md, session 26.
+    # the shape; the Triton split kernel otherwise (and num_warps, block_t and max_registers
+    # are the Triton kernel's alone). docs/PERF.md, session 26.
     cuda: bool = False
 
     def __post_init__(self):
@@ -92,6 +94,11 @@ class AttentionConfig:
             if value < 1 or value & (value - 1):
                 raise ValueError(f'attention {name} must be a power of two (the kernels tile '
                                  f'by it), not {value}: fix config/kernels.yaml or the flag')
+        from .attention_cuda import STAGES
+        if self.num_stages < 1 or (self.cuda and self.num_stages not in STAGES):
+            raise ValueError(f'attention num_stages must be one of {STAGES} for the CUDA split '
+                             f'kernel (1 or more for the Triton one), not {self.num_stages}: '
+                             'fix config/kernels.yaml or the flag')
         if self.max_registers and not 24 <= self.max_registers <= 255:
             raise ValueError(f'attention max_registers must be 0 (no cap) or 24-255 (what '
                              f'ptxas takes), not {self.max_registers}: fix config/kernels.yaml '
@@ -995,7 +1002,7 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
     if config.attention_cuda_path(qkv, pos, cos, sin, k_cache, v_cache, num_heads):
         from . import attention_cuda
         attention_cuda.split(qkv, pos, cos, sin, k_cache, v_cache, maxs, sums, accs, num_heads,
-                             group_p, splits, min_chunk)
+                             group_p, splits, min_chunk, shape.num_stages)
     else:
         _attn_split_kernel[(kv_heads, splits)](
             qkv, k_cache, v_cache, pos, maxs, sums, accs, cos, sin, max_context, dim ** -0.5,

@@ -296,6 +296,14 @@ def test_attention_shapes_the_kernels_cannot_tile_are_refused_with_the_reason():
     for value in ('8', '256', '-1'):
         with pytest.raises(ValueError, match='max_registers must be 0 .no cap. or 24-255'):
             kernels.KernelConfig().with_flag('attention.max_registers', value)
+    # The CUDA split kernel is built with rings of 2 and 3 tiles; Triton pipelines any depth.
+    cuda = kernels.KernelConfig().with_flag('attention.cuda', '1')
+    for value in ('1', '4'):
+        with pytest.raises(ValueError, match=r'num_stages must be one of \(2, 3\) for the CUDA'):
+            cuda.with_flag('attention.num_stages', value)
+    assert kernels.KernelConfig().with_flag('attention.num_stages', '4').attention.num_stages == 4
+    with pytest.raises(ValueError, match='num_stages'):
+        kernels.KernelConfig().with_flag('attention.num_stages', '0')
 
 
 GEMV_KINDS = ('rms_matvec', 'gate_up', 'matvec_add')   # the bf16 kinds kernels.yaml tunes
