@@ -384,6 +384,10 @@ static int launch_stages(int stages, const float* qkv, void* k_cache, void* v_ca
     return launch<D, T, 3>(qkv, k_cache, v_cache, pos, cos, sin, maxs, sums, accs, max_context,
                            scale, group, group_p, num_heads, kv_heads, splits, min_chunk, pdl,
                            stream);
+  if (stages == 4)
+    return launch<D, T, 4>(qkv, k_cache, v_cache, pos, cos, sin, maxs, sums, accs, max_context,
+                           scale, group, group_p, num_heads, kv_heads, splits, min_chunk, pdl,
+                           stream);
   return (int)cudaErrorInvalidValue;
 }
 

@@ -14,7 +14,8 @@ within-session trend).
 Usage: [BASE_CONFIG=own] inproc.py BASE CTX[,CTX] ARCH...
 BASE may also be `flags:NAME=VALUE[,NAME=VALUE]` (session 31): the base arm is the tree's own
 decoder with those KernelConfig.with_flag switches, an A/B of settings that also takes the
-4-bit models (a base package's PackedLinear is not the tree's, so it cannot run them).
+4-bit models (a base package's PackedLinear is not the tree's, so it cannot run them);
+NEW_FLAGS=NAME=VALUE[,...] sets switches on the new arm's decoder the same way.
 """
 import gc
 import importlib
@@ -86,6 +87,8 @@ def session(engine, cls, plan: Plan, ctx: int, slot: int):
 def main(base: str, contexts, archs) -> None:
     print(torch.cuda.get_device_name(), flush=True)
     base_cls = base_class(base)
+    new_flags = os.environ.get('NEW_FLAGS')
+    new_cls = flagged(new_flags) if new_flags else None   # None: the engine's own decoder
     plan = Plan()
     for arch in archs:
         engine = load(f'synthetic:{arch}', 'graphed', max_context=plan.max_context(max(contexts)))
@@ -94,7 +97,7 @@ def main(base: str, contexts, archs) -> None:
             for slot in range(SESSIONS):
                 order = ('new', 'base') if slot % 2 == 0 else ('base', 'new')
                 for arm in order:
-                    cls = base_cls if arm == 'base' else None
+                    cls = base_cls if arm == 'base' else new_cls
                     runs[arm].append(session(engine, cls, plan, ctx, slot))
             medians = {arm: [statistics.median(s) for s in runs[arm]] for arm in runs}
             ratio, low, high = bootstrap_ratio_ci(medians['new'], medians['base'])
