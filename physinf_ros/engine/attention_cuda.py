@@ -18,7 +18,7 @@ from .cuda_library import Libraries, Library
 SOURCE = Path(__file__).with_name('attention_split.cu')
 HEAD_DIMS = (64, 128)     # head sizes attention_split.cu instantiates
 MAX_GROUP = 8             # query heads per kv head: rows 0..7 of its 16-row mma tiles
-STAGES = (2, 3, 4)        # key tiles in flight per warp it instantiates (AttentionConfig.num_stages)
+STAGES = (2, 3)           # key tiles in flight a warp it builds (AttentionConfig.num_stages)
 
 
 def _declare(handle: ctypes.CDLL) -> None:

@@ -367,9 +367,10 @@ static int launch(const float* qkv, void* k_cache, void* v_cache, const int* pos
                                  num_heads, kv_heads, splits, min_chunk, pdl);
 }
 
-// STAGES tiles in flight per warp (AttentionConfig.num_stages): at ctx 2048 (64-128 keys a
-// split) two read a split's every tile before the PDL wait. At head size 128, 75 KB of shared
-// memory with two (three blocks can share an SM) and 110 KB with three (two can).
+// STAGES key tiles in flight per warp (AttentionConfig.num_stages, 2 or 3). With 2, a warp of a
+// long split (9 tiles at 16385 keys) waits a round trip a tile; with 3 the 4-bit 8B's step at
+// 16384 is 4% shorter and the 8-kv-head shapes' at 2048 1-1.7% (docs/PERF.md, session 31). Shared
+// memory at head size 128: 75 KB a block with 2 (three blocks an SM), 110 KB with 3 (two).
 template <int D, typename T>
 static int launch_stages(int stages, const float* qkv, void* k_cache, void* v_cache,
                          const int* pos, const float* cos, const float* sin, float* maxs,
@@ -382,10 +383,6 @@ static int launch_stages(int stages, const float* qkv, void* k_cache, void* v_ca
                            stream);
   if (stages == 3)
     return launch<D, T, 3>(qkv, k_cache, v_cache, pos, cos, sin, maxs, sums, accs, max_context,
-                           scale, group, group_p, num_heads, kv_heads, splits, min_chunk, pdl,
-                           stream);
-  if (stages == 4)
-    return launch<D, T, 4>(qkv, k_cache, v_cache, pos, cos, sin, maxs, sums, accs, max_context,
                            scale, group, group_p, num_heads, kv_heads, splits, min_chunk, pdl,
                            stream);
   return (int)cudaErrorInvalidValue;
@@ -407,7 +404,7 @@ static int launch_dtype(int bf16, int stages, const float* qkv, void* k_cache, v
 }
 
 // The split kernel of kernels.rope_attention for a 16-bit cache (bf16 = 0: float16), head size
-// 64 or 128, up to MAX_GROUP query heads a kv head, 2 or 3 tiles in flight a warp (stages); the
+// 64 or 128, up to MAX_GROUP query heads a kv head, 2 or 3 key tiles in flight a warp (stages); the
 // partials go where kernels._attn_reduce_kernel reads them. Returns a cudaError_t (0: launched).
 extern "C" int physinf_attn_split(int head_dim, int bf16, const float* qkv, void* k_cache,
                                   void* v_cache, const int* pos, const float* cos,

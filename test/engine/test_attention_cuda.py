@@ -74,8 +74,8 @@ def test_cuda_split_is_as_close_to_float32_as_the_triton_kernel(heads, kv_heads,
         ulp = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10
         for name in ('cuda 3', 'cuda 2'):
             error = rel(out[name], ref)
-            assert error < TOL and error <= 1.25 * triton_error, (name, length, error,
-                                                                   triton_error)
+            assert error < TOL and error <= 1.25 * triton_error, \
+                (name, length, error, triton_error)
             # The ring's depth changes when tiles land, not what is summed or in what order.
             assert torch.equal(out[name], out['cuda 3']), (name, length)
             k, v = written[name]

@@ -47,7 +47,7 @@ def base_module(path: str, name: str):
 
 
 def flagged(flags: str):
-    """The tree's decoder class, its kernel configuration with flags (NAME=VALUE,...) set."""
+    """Return a maker of the tree's decoder whose kernel configuration has flags set."""
     from physinf_ros.engine.native import NativeDecoder
 
     def make(weights, info, device, graphed, kernel_config):
