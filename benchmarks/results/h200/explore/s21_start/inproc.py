@@ -12,10 +12,11 @@ over SESSIONS pairs. Prints per cell each arm's median of session medians, new /
 bootstrap interval over the pairs, and the median step by step index over the sessions (the
 within-session trend).
 Usage: [BASE_CONFIG=own] inproc.py BASE CTX[,CTX] ARCH...
-BASE may also be `flags:NAME=VALUE[,NAME=VALUE]` (session 31): the base arm is the tree's own
+BASE may also be `flags:NAME=VALUE[ NAME=VALUE]` (session 31; a NAME of KIND:N:K sets that
+GEMV's launch shape, VALUE BLOCK_N,BLOCK_K,SPLIT_K,WARPS[,AHEAD]): the base arm is the tree's own
 decoder with those KernelConfig.with_flag switches, an A/B of settings that also takes the
 4-bit models (a base package's PackedLinear is not the tree's, so it cannot run them);
-NEW_FLAGS=NAME=VALUE[,...] sets switches on the new arm's decoder the same way.
+NEW_FLAGS='NAME=VALUE ...' sets switches on the new arm's decoder the same way.
 """
 import gc
 import importlib
@@ -48,12 +49,18 @@ def base_module(path: str, name: str):
 
 def flagged(flags: str):
     """Return a maker of the tree's decoder whose kernel configuration has flags set."""
+    from physinf_ros.engine.kernels import GemvConfig
     from physinf_ros.engine.native import NativeDecoder
 
     def make(weights, info, device, graphed, kernel_config):
-        for flag in flags.split(','):
+        for flag in flags.split(' '):
             name, _, value = flag.partition('=')
-            kernel_config = kernel_config.with_flag(name, value)
+            if name.count(':') == 2:   # KIND:N:K=BLOCK_N,BLOCK_K,SPLIT_K,WARPS[,AHEAD]
+                kind, n, k = name.split(':')
+                kernel_config = kernel_config.with_gemv(
+                    kind, int(n), int(k), GemvConfig(*map(int, value.split(','))))
+            else:
+                kernel_config = kernel_config.with_flag(name, value)
         return NativeDecoder(weights, info, device, graphed=graphed, kernel_config=kernel_config)
     return make
 
