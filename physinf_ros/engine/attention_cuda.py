@@ -10,6 +10,7 @@ reduce kernel merges the splits' partials.
 
 import ctypes
 from pathlib import Path
+from typing import Dict, Tuple
 
 import torch
 
@@ -30,6 +31,10 @@ def _declare(handle: ctypes.CDLL) -> None:
                    + [ctypes.c_int] * 8 + [ctypes.c_void_p])
     handle.physinf_attn_error.restype = ctypes.c_char_p
     handle.physinf_attn_error.argtypes = [ctypes.c_int]
+    for name in ('physinf_attn_shared_bytes', 'physinf_attn_shared_limit'):
+        getattr(handle, name).restype = ctypes.c_int
+    handle.physinf_attn_shared_bytes.argtypes = [ctypes.c_int, ctypes.c_int]
+    handle.physinf_attn_shared_limit.argtypes = [ctypes.c_int]
 
 
 LIBRARIES = Libraries(lambda capability: Library(SOURCE, capability, _declare))
@@ -57,6 +62,29 @@ def supported(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torc
 def unavailable(device: torch.device) -> str:
     """Return why the CUDA split kernel cannot run on device ('' when it can)."""
     return LIBRARIES.unavailable(device)
+
+
+_OVERSIZE: Dict[Tuple[int, int, int], str] = {}   # (device index, head size, stages) -> reason
+
+
+def oversize(device: torch.device, head_dim: int, stages: int) -> str:
+    """
+    Return why a block of this head size and ring depth does not fit device ('' when it does).
+
+    A block's shared memory grows with its ring (num_stages): 110 KB at head size 128 with 3
+    stages, more than some GPUs give a block (an L4: 99 KB). The library must be available.
+    """
+    lib = LIBRARIES.get(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    key = (index, head_dim, stages)
+    if key not in _OVERSIZE:
+        need = lib.handle.physinf_attn_shared_bytes(head_dim, stages)
+        limit = lib.handle.physinf_attn_shared_limit(index)
+        _OVERSIZE[key] = '' if need <= limit else (
+            f'a block at head size {head_dim} with num_stages {stages} takes {need} bytes of '
+            f'shared memory and this GPU gives a block {limit}: set attention num_stages 2 for '
+            'this GPU in config/kernels.yaml')
+    return _OVERSIZE[key]
 
 
 def split(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,

@@ -425,6 +425,30 @@ extern "C" int physinf_attn_split(int head_dim, int bf16, const float* qkv, void
   return (int)cudaErrorInvalidValue;
 }
 
+// Shared memory a block of the split kernel takes (bytes; 0 for a shape it does not build), and
+// the most a block can have on a device (its opt-in limit): the caller keeps to the Triton split
+// where a block does not fit (110 KB at head size 128 with 3 stages; an L4 gives 99 KB).
+template <int D>
+static int shared_bytes(int stages) {
+  if (stages == 2) return (int)sizeof(Shared<D, __nv_bfloat16, 2>);   // __half's are the same
+  if (stages == 3) return (int)sizeof(Shared<D, __nv_bfloat16, 3>);
+  return 0;
+}
+
+extern "C" int physinf_attn_shared_bytes(int head_dim, int stages) {
+  if (head_dim == 128) return shared_bytes<128>(stages);
+  if (head_dim == 64) return shared_bytes<64>(stages);
+  return 0;
+}
+
+extern "C" int physinf_attn_shared_limit(int device) {
+  int bytes = 0;
+  if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+      cudaSuccess)
+    return 0;
+  return bytes;
+}
+
 extern "C" const char* physinf_attn_error(int code) {
   return cudaGetErrorString((cudaError_t)code);
 }

@@ -214,7 +214,9 @@ class KernelConfig:
             return False
         from . import attention_cuda
         return (attention_cuda.supported(qkv, pos, cos, sin, k_cache, v_cache, num_heads)
-                and not attention_cuda.unavailable(qkv.device))
+                and not attention_cuda.unavailable(qkv.device)
+                and not attention_cuda.oversize(qkv.device, dim,
+                                                self.attention_for(kv_heads, dim).num_stages))
 
     def attention_kernel_note(self, kv_heads: int, head_dim: int, device: torch.device) -> str:
         """Return a log line saying which kernel splits this shape's attention on device."""
@@ -224,6 +226,11 @@ class KernelConfig:
         reason = attention_cuda.unavailable(device)
         if reason:
             return f'attention split: Triton kernel, the CUDA kernel is unavailable: {reason}'
+        if head_dim in attention_cuda.HEAD_DIMS:
+            reason = attention_cuda.oversize(device, head_dim,
+                                             self.attention_for(kv_heads, head_dim).num_stages)
+            if reason:
+                return f'attention split: Triton kernel, the CUDA kernel does not fit: {reason}'
         return 'attention split: CUDA kernel (attention_split.cu)'
 
     def attention_for(self, kv_heads: int, head_dim: int) -> AttentionConfig:

@@ -11,6 +11,7 @@ checked without a GPU.
 
 from pathlib import Path
 import shutil
+from types import SimpleNamespace
 
 from physinf_ros.engine import attention_cuda, cuda_library, kernels, ops_torch
 from physinf_ros.engine.kernels import KernelConfig
@@ -136,6 +137,41 @@ def test_cuda_split_replays_in_a_graph_at_new_positions():
         torch.cuda.synchronize()
         assert rel(out, expected) < 1e-6, length
         assert torch.equal(cache.k[0], eager_cache[0]) and torch.equal(cache.v[0], eager_cache[1])
+
+
+@pytest.mark.gpu
+def test_every_ring_the_kernel_builds_fits_this_gpu_and_grows_with_its_depth():
+    lib = attention_cuda.LIBRARIES.get(CUDA)
+    for dim in attention_cuda.HEAD_DIMS:
+        sizes = [lib.handle.physinf_attn_shared_bytes(dim, stages)
+                 for stages in attention_cuda.STAGES]
+        assert all(a < b for a, b in zip(sizes, sizes[1:])), (dim, sizes)
+        for stages in attention_cuda.STAGES:
+            assert attention_cuda.oversize(CUDA, dim, stages) == ''
+    assert lib.handle.physinf_attn_shared_bytes(96, 3) == 0   # a head size it does not build
+    limit = lib.handle.physinf_attn_shared_limit(torch.cuda.current_device())
+    assert limit >= lib.handle.physinf_attn_shared_bytes(128, 3)
+
+
+def test_a_ring_too_large_for_the_gpu_falls_back_to_the_triton_split(monkeypatch):
+    # An L4 gives a block 99 KB of shared memory; the 3-stage ring at head size 128 takes 110.
+    sizes = {2: 76_000, 3: 110_000}
+    library = SimpleNamespace(handle=SimpleNamespace(
+        physinf_attn_shared_bytes=lambda head_dim, stages: sizes[stages] * head_dim // 128,
+        physinf_attn_shared_limit=lambda device: 101_376))
+    monkeypatch.setattr(attention_cuda, 'LIBRARIES', SimpleNamespace(get=lambda device: library))
+    monkeypatch.setattr(attention_cuda, 'unavailable', lambda device: '')
+    monkeypatch.setattr(attention_cuda, '_OVERSIZE', {})
+    gpu = torch.device('cuda', 0)
+    reason = attention_cuda.oversize(gpu, 128, 3)
+    assert '110000 bytes' in reason and '101376' in reason and 'num_stages 2' in reason
+    assert attention_cuda.oversize(gpu, 128, 2) == '' and attention_cuda.oversize(gpu, 64, 3) == ''
+    note = ON.attention_kernel_note(8, 128, gpu)
+    assert note.startswith('attention split: Triton kernel, the CUDA kernel does not fit')
+    cuda_note = 'attention split: CUDA kernel (attention_split.cu)'
+    assert ON.attention_kernel_note(8, 64, gpu) == cuda_note
+    two = ON.with_flag('attention.num_stages', '2')
+    assert two.attention_kernel_note(8, 128, gpu) == cuda_note
 
 
 def test_kernels_yaml_puts_the_measured_attention_shapes_on_the_cuda_split():
