@@ -15,6 +15,7 @@ arms' order reversed every other round (../s28_flags/waits_probe.py's time_round
 Usage: relaxed_probe.py ARCH:CTX[,CTX]... (PYTHONPATH the repository root)
 """
 import os
+import re
 import statistics
 import sys
 
@@ -55,17 +56,21 @@ def step_ms(model, ops, ctx):
     return statistics.median(_time_cuda_graph(lambda: model.step(ops, ctx), 30)) * 1e3
 
 
-def main():
+def run_arms(sources, specs):
+    """
+    For each ARCH:CTX[,CTX] of specs: the package and kernels.py copies (name -> source).
+
+    Each arm's logits and token against the package's, then the step's rounds (time_rounds).
+    """
     dev = torch.device('cuda')
     config = kernels.KernelConfig.for_device(dev)
-    modules = {'relaxed adds': ADDS, 'relaxed max': (MAX,), 'relaxed both': ADDS + (MAX,)}
-    for spec in sys.argv[1:]:
+    for spec in specs:
         arch, contexts = spec.split(':')
         contexts = [int(c) for c in contexts.split(',')]
         model = GreedyModel(arch, max(contexts) + 64, dev)
         arms = {'package': kernels.KernelOps(config)}
-        for name, anchors in modules.items():
-            module = kernels_module(relaxed_source(anchors), name.replace(' ', '_'))
+        for name, source in sources.items():
+            module = kernels_module(source, re.sub(r'\W', '_', name))
             arms[name] = module.KernelOps(config)
         for ctx in contexts:
             outs = {}
@@ -82,6 +87,11 @@ def main():
             time_rounds(model, arms, arch, ctx, step_ms, 14)
         del model, arms
         torch.cuda.empty_cache()
+
+
+def main():
+    modules = {'relaxed adds': ADDS, 'relaxed max': (MAX,), 'relaxed both': ADDS + (MAX,)}
+    run_arms({name: relaxed_source(anchors) for name, anchors in modules.items()}, sys.argv[1:])
 
 
 if __name__ == '__main__':

@@ -19,13 +19,9 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-for folder in ('s14_timeline', 's28_flags', 's30_mlp'):
-    sys.path.insert(0, os.path.join(HERE, '..', folder))
+sys.path.insert(0, os.path.join(HERE, '..', 's30_mlp'))   # relaxed_probe adds its own folders
 from physinf_ros.engine import kernels  # noqa: E402
-from relaxed_probe import GreedyModel, step_ms  # noqa: E402
-from timeline import kernels_module  # noqa: E402
-import torch  # noqa: E402
-from waits_probe import time_rounds  # noqa: E402
+from relaxed_probe import run_arms  # noqa: E402
 
 SYNC = '    _grid_sync(PDL)\n'
 LOOP_END = {'matvec': '    y = tl.sum(acc, axis=1)\n',
@@ -59,36 +55,12 @@ def late_source(matvec: str, gate_up: bool) -> str:
 
 
 def main():
-    dev = torch.device('cuda')
-    config = kernels.KernelConfig.for_device(dev)
     variants = {'residual late': (MATVEC_LATE['residual'], False),
                 'qkv late': (MATVEC_LATE['qkv'], False),
                 'gate/up late': ('', True),
                 'all late': (MATVEC_LATE['all'], True)}
-    for spec in sys.argv[1:]:
-        arch, contexts = spec.split(':')
-        contexts = [int(c) for c in contexts.split(',')]
-        model = GreedyModel(arch, max(contexts) + 64, dev)
-        arms = {'package': kernels.KernelOps(config)}
-        for name, (matvec, gate_up) in variants.items():
-            module = kernels_module(late_source(matvec, gate_up),
-                                    name.replace(' ', '_').replace('/', '_'))
-            arms[name] = module.KernelOps(config)
-        for ctx in contexts:
-            outs = {}
-            for name, ops in arms.items():
-                model.token.fill_(77)
-                model.step(ops, ctx)
-                torch.cuda.synchronize()
-                outs[name] = model.logits.clone(), int(model.token)
-            base, token = outs['package']
-            for name, (logits, tok) in outs.items():
-                diff = ((logits - base).norm() / base.norm()).item()
-                print(f'{arch} ctx {ctx} {name}: logits vs package {diff:.1e}, token {tok} '
-                      f'(package {token})', flush=True)
-            time_rounds(model, arms, arch, ctx, step_ms, 14)
-        del model, arms
-        torch.cuda.empty_cache()
+    run_arms({name: late_source(matvec, gate_up) for name, (matvec, gate_up) in variants.items()},
+             sys.argv[1:])
 
 
 if __name__ == '__main__':
