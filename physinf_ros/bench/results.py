@@ -23,6 +23,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from .protocol import Cell
+from ..engine.device import device_index
 from ..measurement.roofline import cost_per_mtok, Floor, tokens_per_s
 from ..measurement.targets import device_name, Target
 
@@ -111,7 +112,7 @@ def machine_facts(device: torch.device) -> Dict[str, object]:
     gpu = device_name(device) if device.type == 'cuda' else None
     driver = None
     if gpu is not None:
-        index = device.index if device.index is not None else torch.cuda.current_device()
+        index = device_index(device)
         driver = _command('nvidia-smi', '--query-gpu=driver_version', '--format=csv,noheader',
                           '-i', str(index))
     return {

@@ -15,6 +15,7 @@ from typing import Dict, Tuple
 import torch
 
 from .cuda_library import Libraries, Library
+from .device import device_index
 
 SOURCE = Path(__file__).with_name('attention_split.cu')
 HEAD_DIMS = (64, 128)     # head sizes attention_split.cu instantiates
@@ -75,7 +76,7 @@ def oversize(device: torch.device, head_dim: int, stages: int) -> str:
     stages, more than some GPUs give a block (an L4: 99 KB). The library must be available.
     """
     lib = LIBRARIES.get(device)
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = device_index(device)
     key = (index, head_dim, stages)
     if key not in _OVERSIZE:
         need = lib.handle.physinf_attn_shared_bytes(head_dim, stages)

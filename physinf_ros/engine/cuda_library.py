@@ -21,6 +21,7 @@ from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
+from .device import device_index
 from .models import cache_root
 
 FLAGS = ('-O3', '-std=c++17', '-shared', '-Xcompiler', '-fPIC')
@@ -91,7 +92,7 @@ class Libraries:
 
     def get(self, device: torch.device) -> Library:
         """Return the library of device's architecture, built on first use."""
-        index = device.index if device.index is not None else torch.cuda.current_device()
+        index = device_index(device)
         if index not in self.by_device:
             capability = torch.cuda.get_device_capability(index)
             if capability not in self.by_arch:

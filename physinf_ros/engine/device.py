@@ -38,11 +38,16 @@ def pick_dtype(name: str, device: torch.device) -> torch.dtype:
     return DTYPES[name]
 
 
+def device_index(device: torch.device) -> int:
+    """Return the index of a CUDA device ('cuda' alone: the current one)."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def device_label(device: torch.device) -> str:
     """'cpu' or 'cuda:0 (NVIDIA H200)'."""
     if device.type != 'cuda':
         return 'cpu'
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = device_index(device)
     return f'cuda:{index} ({torch.cuda.get_device_name(index)})'
 
 
