@@ -73,20 +73,31 @@ def run_arms(sources, specs):
             module = kernels_module(source, re.sub(r'\W', '_', name))
             arms[name] = module.KernelOps(config)
         for ctx in contexts:
-            outs = {}
-            for name, ops in arms.items():
-                model.token.fill_(77)
-                model.step(ops, ctx)
-                torch.cuda.synchronize()
-                outs[name] = model.logits.clone(), int(model.token)
-            base, token = outs['package']
-            for name, (logits, tok) in outs.items():
-                diff = ((logits - base).norm() / base.norm()).item()
-                print(f'{arch} ctx {ctx} {name}: logits vs package {diff:.1e}, token {tok} '
-                      f'(package {token})', flush=True)
-            time_rounds(model, arms, arch, ctx, step_ms, 14)
+            check_and_time(model, arms, arch, ctx, 14)
         del model, arms
         torch.cuda.empty_cache()
+
+
+def check_and_time(model, arms, arch, ctx, width, built=None):
+    """
+    Print each arm's logits and token against arms['package'], then time the arms' rounds.
+
+    built(), when given, runs between the two, once every arm's kernels are compiled.
+    """
+    outs = {}
+    for name, ops in arms.items():
+        model.token.fill_(77)
+        model.step(ops, ctx)
+        torch.cuda.synchronize()
+        outs[name] = model.logits.clone(), int(model.token)
+    if built is not None:
+        built()
+    base, token = outs['package']
+    for name, (logits, tok) in outs.items():
+        diff = ((logits - base).norm() / base.norm()).item()
+        print(f'{arch} ctx {ctx} {name}: logits vs package {diff:.1e}, token {tok} '
+              f'(package {token})', flush=True)
+    time_rounds(model, arms, arch, ctx, step_ms, width)
 
 
 def main():

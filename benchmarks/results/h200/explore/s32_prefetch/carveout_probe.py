@@ -1,0 +1,119 @@
+"""
+Session 32: the split of each SM's L1 and shared memory across the step's kernels.
+
+An SM runs one carveout (shared memory against L1) at a time. A kernel that needs a large one (the
+CUDA attention split: 110 KB a block at head size 128, ~55 KB at 64) may not be placed on an SM
+where a kernel with a small one (every Triton GEMV and the reduce) still has programs, until they
+leave, and the other way round; run 2 measured that forcing the largest carveout on one kernel
+a layer (o_proj) costs 0.7-2.7 us a layer. The arms set every kernel of the step to one
+preference, so that no SM has to change: the Triton kernels of a kernels.py copy (session 14's
+kernels_module) get CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT on their functions, and
+the CUDA split, from a copy of attention_split.cu, a launch attribute of the same value. Each
+arm's logits against the package's, then the step (layers and greedy head, graphed) in
+interleaved rounds (relaxed_probe's GreedyModel and check_and_time).
+Usage: carveout_probe.py ARCH:CTX[,CTX]... (PYTHONPATH the repository root)
+"""
+import ctypes
+import os
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+for probe in ('s14_timeline', 's28_flags', 's30_mlp'):
+    sys.path.insert(0, os.path.join(HERE, '..', probe))
+from physinf_ros.engine import attention_cuda, kernels  # noqa: E402
+from relaxed_probe import check_and_time, GreedyModel  # noqa: E402
+from timeline import kernels_module  # noqa: E402
+import torch  # noqa: E402
+from triton.runtime.jit import JITFunction  # noqa: E402
+
+CARVEOUT_ATTRIBUTE = 9    # CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+LAUNCH = """  config.attrs = attrs;
+  config.numAttrs = 1;
+"""
+LAUNCH_CARVED = """  cudaLaunchAttribute carved[2] = {attrs[0], {}};
+  carved[1].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
+  carved[1].val.sharedMemCarveout = (unsigned int)CARVEOUT;
+  config.attrs = carved;
+  config.numAttrs = 2;
+"""
+
+
+def split_module(carveout):
+    """Return the name of an attention_cuda.py copy whose split launches with `carveout`."""
+    source = open(attention_cuda.SOURCE).read()
+    assert source.count(LAUNCH) == 1
+    folder = tempfile.mkdtemp()
+    cu = os.path.join(folder, f'attention_split_carve{carveout}.cu')
+    with open(cu, 'w') as f:
+        f.write(f'#define CARVEOUT {carveout}\n' + source.replace(LAUNCH, LAUNCH_CARVED))
+    py = open(attention_cuda.__file__).read()
+    anchor = "SOURCE = Path(__file__).with_name('attention_split.cu')"
+    assert py.count(anchor) == 1
+    name = f'attention_cuda_carve{carveout}'
+    module = kernels_module(py.replace(anchor, f'SOURCE = Path({cu!r})'), name)
+    sys.modules['physinf_ros.engine.' + name] = module
+    return name
+
+
+def ops_module(carveout, split_too):
+    """Return a kernels.py copy whose Triton kernels take `carveout` (set_carveout, once built)."""
+    source = open(kernels.__file__).read()
+    name = f'carve{carveout}_split{int(split_too)}'
+    if split_too:
+        anchor = 'from . import attention_cuda\n'
+        assert source.count(anchor) == 3   # the split's launch and two checks of its library
+        source = source.replace(anchor, f'from . import {split_module(carveout)} '
+                                        'as attention_cuda\n')
+    return kernels_module(source, name)
+
+
+def set_carveout(module, carveout):
+    """Set the carveout of every compiled Triton kernel of module; returns how many."""
+    cuda = ctypes.CDLL('libcuda.so.1')
+    count = 0
+    for fn in vars(module).values():
+        if not isinstance(fn, JITFunction):
+            continue
+        for cache in fn.device_caches.values():
+            for compiled in cache[0].values():
+                compiled._init_handles()
+                code = cuda.cuFuncSetAttribute(ctypes.c_void_p(compiled.function),
+                                               CARVEOUT_ATTRIBUTE, carveout)
+                assert code == 0, f'cuFuncSetAttribute: CUresult {code}'
+                count += 1
+    return count
+
+
+def report(modules):
+    """Set each arm's carveout on its module's compiled Triton kernels, and say how many."""
+    for name, (module, carveout, triton_too) in modules.items():
+        if triton_too:
+            print(f'  {name}: {set_carveout(module, carveout)} Triton kernels set', flush=True)
+
+
+def main():
+    dev = torch.device('cuda')
+    config = kernels.KernelConfig.for_device(dev)
+    # name: (carveout, set on the Triton kernels, set on the CUDA split)
+    arms_of = {'all 100 (228 KB shared)': (100, True, True), 'all 50': (50, True, True),
+               'Triton 100, split default': (100, True, False),
+               'split 100 alone': (100, False, True)}
+    for spec in sys.argv[1:]:
+        arch, contexts = spec.split(':')
+        contexts = [int(c) for c in contexts.split(',')]
+        model = GreedyModel(arch, max(contexts) + 64, dev)
+        arms = {'package': kernels.KernelOps(config)}
+        modules = {}
+        for name, (carveout, triton_too, split_too) in arms_of.items():
+            module = ops_module(carveout, split_too)
+            modules[name] = module, carveout, triton_too
+            arms[name] = module.KernelOps(config)
+        for ctx in contexts:
+            check_and_time(model, arms, arch, ctx, 26, lambda: report(modules))
+        del model, arms
+        torch.cuda.empty_cache()
+
+
+if __name__ == '__main__':
+    main()
