@@ -11,6 +11,7 @@ kernels_module) get CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT on their 
 the CUDA split, from a copy of attention_split.cu, a launch attribute of the same value. Each
 arm's logits against the package's, then the step (layers and greedy head, graphed) in
 interleaved rounds (relaxed_probe's GreedyModel and check_and_time).
+With MOST_L1=1 (run 5) the one arm is the Triton kernels at carveout 0, the most L1.
 Usage: carveout_probe.py ARCH:CTX[,CTX]... (PYTHONPATH the repository root)
 """
 import ctypes
@@ -99,6 +100,8 @@ def main():
     arms_of = {'all 100 (228 KB shared)': (100, True, True), 'all 50': (50, True, True),
                'Triton 100, split default': (100, True, False),
                'split 100 alone': (100, False, True)}
+    if os.environ.get('MOST_L1') == '1':   # run 5: the Triton kernels at the most L1 alone
+        arms_of = {'Triton 0 (most L1), split default': (0, True, False)}
     for spec in sys.argv[1:]:
         arch, contexts = spec.split(':')
         contexts = [int(c) for c in contexts.split(',')]
