@@ -11,7 +11,9 @@ kernels_module) get CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT on their 
 the CUDA split, from a copy of attention_split.cu, a launch attribute of the same value. Each
 arm's logits against the package's, then the step (layers and greedy head, graphed) in
 interleaved rounds (relaxed_probe's GreedyModel and check_and_time).
-With MOST_L1=1 (run 5) the one arm is the Triton kernels at carveout 0, the most L1.
+With MOST_L1=1 (run 5) the one arm is the Triton kernels at carveout 0, the most L1. With
+NEIGHBOURS=1 (run 6) the arms set 100 on the split's neighbours alone: QKV (on a JIT function of
+its own in the copy), the reduce, both, and both with the split.
 Usage: carveout_probe.py ARCH:CTX[,CTX]... (PYTHONPATH the repository root)
 """
 import ctypes
@@ -57,10 +59,25 @@ def split_module(carveout):
     return name
 
 
-def ops_module(carveout, split_too):
-    """Return a kernels.py copy whose Triton kernels take `carveout` (set_carveout, once built)."""
+QKV_LAUNCH = '    _matvec_kernel[(triton.cdiv(n, cfg.block_n), split_k)]('
+# QKV's launch on a second JIT function of the same kernel, whose compiled kernels are its own
+QKV_ONLY = ('    kernel = _qkv_kernel if norm_w is not None and argmax is None \\\n'
+            '        else _matvec_kernel\n'
+            '    kernel[(triton.cdiv(n, cfg.block_n), split_k)](')
+QKV_KERNEL = '\n_qkv_kernel = triton.jit(_matvec_kernel.fn)\n'
+
+
+def ops_module(carveout, split_too, tag=''):
+    """
+    Return a kernels.py copy whose Triton kernels take `carveout` (set_carveout, once built).
+
+    split_too: the CUDA split launches with it too; tag: QKV on a JIT function of its own.
+    """
     source = open(kernels.__file__).read()
-    name = f'carve{carveout}_split{int(split_too)}'
+    name = f'carve{carveout}_split{int(split_too)}{tag}'
+    if tag:
+        assert source.count(QKV_LAUNCH) == 1
+        source = source.replace(QKV_LAUNCH, QKV_ONLY) + QKV_KERNEL
     if split_too:
         anchor = 'from . import attention_cuda\n'
         assert source.count(anchor) == 3   # the split's launch and two checks of its library
@@ -69,12 +86,12 @@ def ops_module(carveout, split_too):
     return kernels_module(source, name)
 
 
-def set_carveout(module, carveout):
-    """Set the carveout of every compiled Triton kernel of module; returns how many."""
+def set_carveout(module, carveout, names=None):
+    """Set the carveout of module's compiled Triton kernels (of `names`); return how many."""
     cuda = ctypes.CDLL('libcuda.so.1')
     count = 0
-    for fn in vars(module).values():
-        if not isinstance(fn, JITFunction):
+    for name, fn in vars(module).items():
+        if not isinstance(fn, JITFunction) or (names is not None and name not in names):
             continue
         for cache in fn.device_caches.values():
             for compiled in cache[0].values():
@@ -90,26 +107,35 @@ def report(modules):
     """Set each arm's carveout on its module's compiled Triton kernels, and say how many."""
     for name, (module, carveout, triton_too) in modules.items():
         if triton_too:
-            print(f'  {name}: {set_carveout(module, carveout)} Triton kernels set', flush=True)
+            names = None if triton_too is True else triton_too
+            print(f'  {name}: {set_carveout(module, carveout, names)} Triton kernels set',
+                  flush=True)
 
 
 def main():
     dev = torch.device('cuda')
     config = kernels.KernelConfig.for_device(dev)
-    # name: (carveout, set on the Triton kernels, set on the CUDA split)
+    # name: (carveout, set on the Triton kernels (True: all; or these), set on the CUDA split)
     arms_of = {'all 100 (228 KB shared)': (100, True, True), 'all 50': (50, True, True),
                'Triton 100, split default': (100, True, False),
                'split 100 alone': (100, False, True)}
     if os.environ.get('MOST_L1') == '1':   # run 5: the Triton kernels at the most L1 alone
         arms_of = {'Triton 0 (most L1), split default': (0, True, False)}
+    if os.environ.get('NEIGHBOURS') == '1':   # run 6: the split's two neighbours alone
+        arms_of = {'QKV 100': (100, ('_qkv_kernel',), False),
+                   'reduce 100': (100, ('_attn_reduce_kernel',), False),
+                   'QKV and reduce 100': (100, ('_qkv_kernel', '_attn_reduce_kernel'), False),
+                   'QKV, split and reduce 100': (100, ('_qkv_kernel', '_attn_reduce_kernel'),
+                                                 True)}
     for spec in sys.argv[1:]:
         arch, contexts = spec.split(':')
         contexts = [int(c) for c in contexts.split(',')]
         model = GreedyModel(arch, max(contexts) + 64, dev)
         arms = {'package': kernels.KernelOps(config)}
         modules = {}
-        for name, (carveout, triton_too, split_too) in arms_of.items():
-            module = ops_module(carveout, split_too)
+        for n, (name, (carveout, triton_too, split_too)) in enumerate(arms_of.items()):
+            tag = f'_qkv{n}' if isinstance(triton_too, tuple) else ''
+            module = ops_module(carveout, split_too, tag)
             modules[name] = module, carveout, triton_too
             arms[name] = module.KernelOps(config)
         for ctx in contexts:
