@@ -13,7 +13,8 @@ arm's logits against the package's, then the step (layers and greedy head, graph
 interleaved rounds (relaxed_probe's GreedyModel and check_and_time).
 With MOST_L1=1 (run 5) the one arm is the Triton kernels at carveout 0, the most L1. With
 NEIGHBOURS=1 (run 6) the arms set 100 on the split's neighbours alone: QKV (on a JIT function of
-its own in the copy), the reduce, both, and both with the split.
+its own in the copy), the reduce, both, and both with the split. With REDUCE_SWEEP=1 (run 7) the
+reduce's alone at 0, 25, 50 and 75.
 Usage: carveout_probe.py ARCH:CTX[,CTX]... (PYTHONPATH the repository root)
 """
 import ctypes
@@ -127,6 +128,9 @@ def main():
                    'QKV and reduce 100': (100, ('_qkv_kernel', '_attn_reduce_kernel'), False),
                    'QKV, split and reduce 100': (100, ('_qkv_kernel', '_attn_reduce_kernel'),
                                                  True)}
+    if os.environ.get('REDUCE_SWEEP') == '1':   # run 7: the reduce's carveout alone, swept
+        arms_of = {f'reduce {value}': (value, ('_attn_reduce_kernel',), False)
+                   for value in (0, 25, 50, 75)}
     for spec in sys.argv[1:]:
         arch, contexts = spec.split(':')
         contexts = [int(c) for c in contexts.split(',')]
