@@ -25,7 +25,6 @@ is read once per step. With TRITON_INTERPRET=1 the same kernels run on the CPU, 
 CI checks them.
 """
 
-import ctypes
 from dataclasses import asdict, dataclass, field, fields, replace
 import os
 from types import MappingProxyType
@@ -36,14 +35,11 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from .device import device_index
 from .gptq import PackedLinear
 from .llama import gate_up_block
 
 INTERPRET = os.environ.get('TRITON_INTERPRET') == '1'
 _PDL = {}   # device index -> launch with PDL (Hopper and later, never in the interpreter)
-_CARVEOUT_ATTRIBUTE = 9   # CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
-_CARVED = set()           # launches (device index, their constexprs) whose carveout is set
 
 
 def _pdl(device: torch.device) -> dict:
@@ -53,28 +49,6 @@ def _pdl(device: torch.device) -> dict:
         _PDL[index] = (not INTERPRET and device.type == 'cuda'
                        and torch.cuda.get_device_capability(index)[0] >= 9)
     return {'PDL': True, 'launch_pdl': True} if _PDL[index] else {'PDL': False}
-
-
-def _prefer_carveout(kernel, args: tuple, grid: tuple, device: torch.device, percent: int,
-                     meta: dict) -> None:
-    """
-    Set the preferred carveout of kernel's compilation for these arguments, once.
-
-    A function attribute, so the percent is also a constexpr of the kernel (CARVEOUT): each
-    value has a compiled kernel of its own, and decoders that differ in it do not share one.
-    """
-    key = (device_index(device), kernel.__name__, tuple(sorted(meta.items())),
-           tuple(a for a in args if not isinstance(a, torch.Tensor)))
-    if key in _CARVED:
-        return
-    compiled = kernel.warmup(*args, grid=grid, **meta)
-    compiled[grid]   # loads the module (no launch), so the function's handle exists
-    result = ctypes.CDLL('libcuda.so.1').cuFuncSetAttribute(
-        ctypes.c_void_p(compiled.function), _CARVEOUT_ATTRIBUTE, percent)
-    if result:
-        raise RuntimeError(f'cuFuncSetAttribute(preferred carveout {percent}) failed: CUresult '
-                           f'{result}; set attention reduce_carveout -1 in config/kernels.yaml')
-    _CARVED.add(key)
 
 
 @dataclass(frozen=True)
@@ -113,12 +87,6 @@ class AttentionConfig:
     # the shape; the Triton split kernel otherwise (and num_warps, block_t and max_registers
     # are the Triton kernel's alone). docs/PERF.md, session 26.
     cuda: bool = False
-    # The reduce kernel's preferred split of each SM's L1 and shared memory, in percent of the
-    # most shared memory (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT); -1 leaves it to
-    # the driver. Its programs run on SMs that the GEMVs after it take next: at 0 on the H200
-    # the 3B and 8B steps are 2-3% shorter, where 50 and more cost 1-3 us a layer
-    # (docs/PERF.md, session 32).
-    reduce_carveout: int = -1
 
     def __post_init__(self):
         for name in ('splits', 'block_t'):
@@ -131,10 +99,6 @@ class AttentionConfig:
             raise ValueError(f'attention num_stages must be one of {STAGES} for the CUDA split '
                              f'kernel (1 or more for the Triton one), not {self.num_stages}: '
                              'fix config/kernels.yaml or the flag')
-        if not -1 <= self.reduce_carveout <= 100:
-            raise ValueError('attention reduce_carveout must be -1 (left to the driver) or a '
-                             f'percent 0-100, not {self.reduce_carveout}: fix '
-                             'config/kernels.yaml or the flag')
         if self.max_registers and not 24 <= self.max_registers <= 255:
             raise ValueError(f'attention max_registers must be 0 (no cap) or 24-255 (what '
                              f'ptxas takes), not {self.max_registers}: fix config/kernels.yaml '
@@ -816,9 +780,7 @@ def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, max_context
 
 @triton.jit
 def _attn_reduce_kernel(MAXS, SUMS, ACCS, OUT, group, D: tl.constexpr, GROUP_P: tl.constexpr,
-                        SPLITS: tl.constexpr, CARVEOUT: tl.constexpr, PDL: tl.constexpr):
-    # CARVEOUT is not read: it keys the compiled kernel that carries the function's preferred
-    # carveout (_prefer_carveout).
+                        SPLITS: tl.constexpr, PDL: tl.constexpr):
     _grid_sync(PDL)
     head = tl.program_id(0)
     d = tl.arange(0, D)
@@ -1056,12 +1018,8 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
             num_stages=shape.num_stages,
             **({'maxnreg': shape.max_registers} if shape.max_registers else {}), **pdl)
     out = torch.empty(num_heads, dim, device=device, dtype=torch.float32)
-    carveout = -1 if INTERPRET or device.type != 'cuda' else shape.reduce_carveout
-    args, meta = (maxs, sums, accs, out, group), dict(D=dim, GROUP_P=group_p, SPLITS=splits,
-                                                      CARVEOUT=carveout, num_warps=4, **pdl)
-    if carveout >= 0:
-        _prefer_carveout(_attn_reduce_kernel, args, (num_heads,), device, carveout, meta)
-    _attn_reduce_kernel[(num_heads,)](*args, **meta)
+    _attn_reduce_kernel[(num_heads,)](maxs, sums, accs, out, group, D=dim, GROUP_P=group_p,
+                                      SPLITS=splits, num_warps=4, **pdl)
     return out.view(-1)
 
 

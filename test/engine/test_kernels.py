@@ -278,8 +278,7 @@ def test_attention_shapes_override_the_gpus_attention_shape_per_model_shape():
     assert base.attention_for(2, 128).num_warps == 4
     assert base.facts()['attention_shapes'] == [
         {'kv_heads': 2, 'head_dim': 128, 'splits': 16, 'min_chunk': 64, 'block_t': 64,
-         'num_warps': 4, 'num_stages': 3, 'max_registers': 0, 'cuda': False,
-         'reduce_carveout': -1}]
+         'num_warps': 4, 'num_stages': 3, 'max_registers': 0, 'cuda': False}]
     assert not kernels.KernelConfig().attention_shapes
     with pytest.raises(TypeError):
         base.attention_shapes[8, 64] = entry   # frozen: build another
@@ -305,45 +304,6 @@ def test_attention_shapes_the_kernels_cannot_tile_are_refused_with_the_reason():
     assert kernels.KernelConfig().with_flag('attention.num_stages', '4').attention.num_stages == 4
     with pytest.raises(ValueError, match='num_stages'):
         kernels.KernelConfig().with_flag('attention.num_stages', '0')
-    # The reduce's carveout is a percent of the most shared memory, or the driver's choice.
-    for value in ('-2', '101'):
-        with pytest.raises(ValueError, match='reduce_carveout must be -1'):
-            kernels.KernelConfig().with_flag('attention.reduce_carveout', value)
-    for value in (0, 100):
-        config = kernels.KernelConfig().with_flag('attention.reduce_carveout', str(value))
-        assert config.attention.reduce_carveout == value
-    assert kernels.KernelConfig().attention.reduce_carveout == -1
-
-
-@pytest.mark.gpu
-def test_the_reduce_carveout_lives_on_a_compilation_of_its_own():
-    # A function attribute: the reduce launched with a carveout must compute what it computes
-    # without one, and the attribute must sit on its own compiled kernel, so that a decoder
-    # without the setting keeps the driver's choice.
-    import ctypes
-    heads, kv_heads, dim, max_context = 8, 2, 64, 300
-    config = ModelConfig('llama', 10, heads * dim, 8, 1, heads, kv_heads, dim, 1e-5, 10000.0)
-    cos, sin = rope_tables(config, max_context, DEVICE)
-    carved = kernels.KernelConfig().with_flag('attention.reduce_carveout', '0')
-    cache = KVCache.allocate(config, max_context, DEVICE, torch.bfloat16)
-    cache.k.copy_(rand(*cache.k.shape, dtype=torch.bfloat16))
-    cache.v.copy_(rand(*cache.v.shape, dtype=torch.bfloat16))
-    for length in (17, 250):
-        pos = torch.tensor([length - 1], dtype=torch.int32, device=DEVICE)
-        qkv = rand((heads + 2 * kv_heads) * dim)
-        out = kernels.rope_attention(qkv, pos, cos, sin, cache.k[0], cache.v[0], heads)
-        out_carved = kernels.rope_attention(qkv, pos, cos, sin, cache.k[0], cache.v[0], heads,
-                                            carved)
-        assert torch.equal(out_carved, out)
-    cuda, value = ctypes.CDLL('libcuda.so.1'), ctypes.c_int()
-    carveouts = set()
-    compiled = kernels._attn_reduce_kernel.device_caches[torch.cuda.current_device()][0]
-    for kernel in compiled.values():
-        kernel[(1, 1, 1)]   # loaded, not launched
-        assert cuda.cuFuncGetAttribute(ctypes.byref(value), 9,   # the preferred carveout
-                                       ctypes.c_void_p(kernel.function)) == 0
-        carveouts.add(value.value)
-    assert 0 in carveouts and len(carveouts) > 1, carveouts
 
 
 GEMV_KINDS = ('rms_matvec', 'gate_up', 'matvec_add')   # the bf16 kinds kernels.yaml tunes

@@ -62,8 +62,7 @@ def variants():
                 {**attention, 'DOT': tl.bfloat16, 'PRECISION': 'tf32'}))
     out.append((kernels._attn_reduce_kernel,
                 {'MAXS': F32, 'SUMS': F32, 'ACCS': F32, 'OUT': F32, 'group': 'i32'},
-                {**{k: attention[k] for k in ('D', 'GROUP_P', 'SPLITS', 'PDL')},
-                 'CARVEOUT': 0}))
+                {k: attention[k] for k in ('D', 'GROUP_P', 'SPLITS', 'PDL')}))
     # The step's first and last kernels, with the clock they time the step by.
     reply = {'CLOCK': '*i64', 'HOST_OUT': '*i64', 'ROWS': 'i32'}
     out.append((kernels._greedy_finish_kernel, {'PACKED': '*i64', 'TOKEN': '*i64',

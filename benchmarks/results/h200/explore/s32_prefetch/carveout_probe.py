@@ -14,22 +14,27 @@ interleaved rounds (relaxed_probe's GreedyModel and check_and_time).
 With MOST_L1=1 (run 5) the one arm is the Triton kernels at carveout 0, the most L1. With
 NEIGHBOURS=1 (run 6) the arms set 100 on the split's neighbours alone: QKV (on a JIT function of
 its own in the copy), the reduce, both, and both with the split. With REDUCE_SWEEP=1 (run 7) the
-reduce's alone at 0, 25, 50 and 75.
+reduce's alone at 0, 25, 50 and 75. With SYNC=1 (run 10) the reduce at 0 alone, timed both as
+the other runs time it (replays back to back) and with each replay waited for.
 Usage: carveout_probe.py ARCH:CTX[,CTX]... (PYTHONPATH the repository root)
 """
 import ctypes
 import os
+import statistics
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 for probe in ('s14_timeline', 's28_flags', 's30_mlp'):
     sys.path.insert(0, os.path.join(HERE, '..', probe))
 from physinf_ros.engine import attention_cuda, kernels  # noqa: E402
 from relaxed_probe import check_and_time, GreedyModel  # noqa: E402
+from physinf_ros.bench.attention import WARMUP_REPLAYS  # noqa: E402
 from timeline import kernels_module  # noqa: E402
 import torch  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
+from waits_probe import time_rounds  # noqa: E402
 
 CARVEOUT_ATTRIBUTE = 9    # CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
 LAUNCH = """  config.attrs = attrs;
@@ -113,6 +118,31 @@ def report(modules):
                   flush=True)
 
 
+def synchronous_step_ms(model, ops, ctx, steps=30):
+    """
+    Return the median host time of one replay waited for before the next (the protocol's way).
+
+    The step is captured as _time_cuda_graph captures it; its replays, unlike that function's,
+    never queue behind each other.
+    """
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(WARMUP_REPLAYS):
+            model.step(ops, ctx)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        model.step(ops, ctx)
+    times = []
+    for _ in range(WARMUP_REPLAYS + steps):
+        start = time.perf_counter()
+        graph.replay()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[WARMUP_REPLAYS:]) * 1e3
+
+
 def main():
     dev = torch.device('cuda')
     config = kernels.KernelConfig.for_device(dev)
@@ -131,6 +161,9 @@ def main():
     if os.environ.get('REDUCE_SWEEP') == '1':   # run 7: the reduce's carveout alone, swept
         arms_of = {f'reduce {value}': (value, ('_attn_reduce_kernel',), False)
                    for value in (0, 25, 50, 75)}
+    synchronous = os.environ.get('SYNC') == '1'   # run 10: the reduce at 0, replays waited for
+    if synchronous:
+        arms_of = {'reduce 0': (0, ('_attn_reduce_kernel',), False)}
     for spec in sys.argv[1:]:
         arch, contexts = spec.split(':')
         contexts = [int(c) for c in contexts.split(',')]
@@ -144,6 +177,9 @@ def main():
             arms[name] = module.KernelOps(config)
         for ctx in contexts:
             check_and_time(model, arms, arch, ctx, 26, lambda: report(modules))
+            if synchronous:
+                print('  the same, each replay waited for (synchronous):', flush=True)
+                time_rounds(model, arms, arch, ctx, synchronous_step_ms, 26)
         del model, arms
         torch.cuda.empty_cache()
 
