@@ -15,12 +15,14 @@ With MOST_L1=1 (run 5) the one arm is the Triton kernels at carveout 0, the most
 NEIGHBOURS=1 (run 6) the arms set 100 on the split's neighbours alone: QKV (on a JIT function of
 its own in the copy), the reduce, both, and both with the split. With REDUCE_SWEEP=1 (run 7) the
 reduce's alone at 0, 25, 50 and 75. With SYNC=1 (run 10) the reduce at 0 alone, timed both as
-the other runs time it (replays back to back) and with each replay waited for.
+the other runs time it (replays back to back) and with each replay waited for. With V38=1 (run
+11) that arm beside v38's kernels.py (v38_kernels.diff) with reduce_carveout 0 and -1.
 Usage: carveout_probe.py ARCH:CTX[,CTX]... (PYTHONPATH the repository root)
 """
 import ctypes
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -143,6 +145,22 @@ def synchronous_step_ms(model, ops, ctx, steps=30):
     return statistics.median(times[WARMUP_REPLAYS:]) * 1e3
 
 
+def v38_ops(carveout):
+    """
+    Return KernelOps of v38's kernels.py (v38_kernels.diff on the package's), reduce at carveout.
+
+    v38 sets the carveout in the package (a constexpr, the attribute set before the first
+    launch); run 7's arm set it on a kernels.py copy's compiled reduce after the first step.
+    """
+    folder = tempfile.mkdtemp()
+    out = os.path.join(folder, 'kernels.py')
+    subprocess.run(['patch', '-s', '-o', out, kernels.__file__,
+                    os.path.join(HERE, 'v38_kernels.diff')], check=True)
+    module = kernels_module(open(out).read(), f'v38_kernels_{carveout}')
+    config = module.KernelConfig.for_device(torch.device('cuda'))
+    return module.KernelOps(config.with_flag('attention.reduce_carveout', str(carveout)))
+
+
 def main():
     dev = torch.device('cuda')
     config = kernels.KernelConfig.for_device(dev)
@@ -162,7 +180,8 @@ def main():
         arms_of = {f'reduce {value}': (value, ('_attn_reduce_kernel',), False)
                    for value in (0, 25, 50, 75)}
     synchronous = os.environ.get('SYNC') == '1'   # run 10: the reduce at 0, replays waited for
-    if synchronous:
+    v38 = os.environ.get('V38') == '1'   # run 11: v38's way of setting it, beside run 7's
+    if synchronous or v38:
         arms_of = {'reduce 0': (0, ('_attn_reduce_kernel',), False)}
     for spec in sys.argv[1:]:
         arch, contexts = spec.split(':')
@@ -175,6 +194,9 @@ def main():
             module = ops_module(carveout, split_too, tag)
             modules[name] = module, carveout, triton_too
             arms[name] = module.KernelOps(config)
+        if v38:
+            arms['v38, reduce_carveout 0'] = v38_ops(0)
+            arms['v38, reduce_carveout -1'] = v38_ops(-1)
         for ctx in contexts:
             check_and_time(model, arms, arch, ctx, 26, lambda: report(modules))
             if synchronous:
