@@ -30,9 +30,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 for probe in ('s14_timeline', 's28_flags', 's30_mlp'):
     sys.path.insert(0, os.path.join(HERE, '..', probe))
+from physinf_ros.bench.attention import WARMUP_REPLAYS  # noqa: E402
 from physinf_ros.engine import attention_cuda, kernels  # noqa: E402
 from relaxed_probe import check_and_time, GreedyModel  # noqa: E402
-from physinf_ros.bench.attention import WARMUP_REPLAYS  # noqa: E402
 from timeline import kernels_module  # noqa: E402
 import torch  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
