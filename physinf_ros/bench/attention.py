@@ -300,8 +300,8 @@ def _time_cpu(replay: Callable[[], None], replays: int) -> List[float]:
     return seconds
 
 
-def _time_cuda_graph(replay: Callable[[], None], replays: int) -> List[float]:
-    # Compile and settle the allocator on a side stream, capture, then replay between events.
+def captured_graph(replay: Callable[[], None]) -> torch.cuda.CUDAGraph:
+    """Run replay on a side stream (compiles, settles the allocator), then capture it."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -314,6 +314,12 @@ def _time_cuda_graph(replay: Callable[[], None], replays: int) -> List[float]:
             replay()
     except RuntimeError as exc:
         raise RuntimeError(f'CUDA graph capture failed: {exc}') from exc
+    return graph
+
+
+def _time_cuda_graph(replay: Callable[[], None], replays: int) -> List[float]:
+    # Capture, then replay back to back between events.
+    graph = captured_graph(replay)
     for _ in range(WARMUP_REPLAYS):
         graph.replay()
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))

@@ -30,7 +30,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 for probe in ('s14_timeline', 's28_flags', 's30_mlp'):
     sys.path.insert(0, os.path.join(HERE, '..', probe))
-from physinf_ros.bench.attention import WARMUP_REPLAYS  # noqa: E402
+from physinf_ros.bench.attention import captured_graph, WARMUP_REPLAYS  # noqa: E402
 from physinf_ros.engine import attention_cuda, kernels  # noqa: E402
 from relaxed_probe import check_and_time, GreedyModel  # noqa: E402
 from timeline import kernels_module  # noqa: E402
@@ -127,15 +127,7 @@ def synchronous_step_ms(model, ops, ctx, steps=30):
     The step is captured as _time_cuda_graph captures it; its replays, unlike that function's,
     never queue behind each other.
     """
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(WARMUP_REPLAYS):
-            model.step(ops, ctx)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        model.step(ops, ctx)
+    graph = captured_graph(lambda: model.step(ops, ctx))
     times = []
     for _ in range(WARMUP_REPLAYS + steps):
         start = time.perf_counter()
