@@ -2,12 +2,16 @@
 Turn Nsight Compute's raw CSV of one graphed step into a table per layer op.
 
 Each kernel ran alone under ncu, so its time is its own (no overlap with its neighbours, no
-launch gap). Kernels are placed by their order in the step: the attention split kernel, once
-per layer, marks the layers; the kernels that repeat with it are the layer's ops (by position),
-the rest come before or after the layers. Per op: time summed over layers, DRAM bytes read and
-written, achieved bandwidth, grid size and registers.
+launch gap). Kernels are placed by their order in the step: the attention split kernel (Triton's
+or attention_split.cu's), once per layer, marks the layers; the kernels that repeat with it are
+the layer's ops (by position), the rest come before or after the layers. Per op: time summed
+over layers, DRAM bytes read and written, achieved bandwidth, grid size and registers; with
+--target, also the op's bytes at that target's datasheet bandwidth (config/targets.yaml, the
+protocol's B_peak), its floor, and the time it takes over that floor: where a step's distance
+from t_floor sits.
 
-    python3 benchmarks/kernel_table.py step.csv[.gz] --model synthetic:llama-3.1-8b --out t.json
+    python3 benchmarks/kernel_table.py step.csv[.gz] --model synthetic:llama-3.1-8b \
+        --target h200 --out t.json
 """
 
 import argparse
@@ -18,8 +22,12 @@ import statistics
 
 from physinf_ros.engine.llama import ModelConfig
 from physinf_ros.engine.models import resolve
+from physinf_ros.measurement.targets import detect
+import torch
 
-ANCHOR = '_attn_split_kernel'   # one per layer in every graphed step
+# One per layer in every graphed step: the Triton split kernel, or attention_split.cu's where the
+# GPU's kernels.yaml entry asks for it (ncu names that one `void split_kernel<128, ...>`).
+ANCHORS = ('_attn_split_kernel', 'split_kernel')
 
 
 def read_kernels(path):
@@ -40,11 +48,17 @@ def _number(row, metric):
     return float(row[metric].replace(',', ''))   # ncu writes thousands with commas: "3,968"
 
 
+def base_name(name):
+    """Return a kernel's name without return type, namespace and template arguments."""
+    return name.replace('<unnamed>::', '').split('<')[0].split()[-1].split('::')[-1]
+
+
 def roles(names, layers):
     """Label each kernel 'pre:i', 'layer:j' (its place in the layer) or 'post:i'."""
-    anchors = [i for i, name in enumerate(names) if name.startswith(ANCHOR)]
+    anchors = [i for i, name in enumerate(names) if base_name(name) in ANCHORS]
     if len(anchors) != layers:
-        raise ValueError(f'{len(anchors)} {ANCHOR} launches for {layers} layers')
+        raise ValueError(f'{len(anchors)} attention split launches ({" or ".join(ANCHORS)}) '
+                         f'for {layers} layers')
     period = anchors[1] - anchors[0] if layers > 1 else len(names)
     before = 0   # how many of a layer's kernels come before its attention
     while before < period and anchors[0] - before - 1 >= 0 and layers > 1 and \
@@ -62,7 +76,8 @@ def roles(names, layers):
     return labels
 
 
-def table(kernels, layers):
+def table(kernels, layers, peak_gbs=None):
+    """Rows per op; with peak_gbs (GB/s), each op's floor_us and over_floor_us too."""
     labels = roles([k['name'] for k in kernels], layers)
     ops = {}
     for label, kernel in zip(labels, kernels):
@@ -79,6 +94,9 @@ def table(kernels, layers):
                      'us_per_call': statistics.median(op['ns']) / 1000,
                      'us_per_step': total_ns / 1000,
                      'gbps': (op['read'] + op['write']) / total_ns})
+        if peak_gbs:
+            rows[-1]['floor_us'] = (op['read'] + op['write']) / peak_gbs / 1e3
+            rows[-1]['over_floor_us'] = rows[-1]['us_per_step'] - rows[-1]['floor_us']
     return rows
 
 
@@ -86,24 +104,38 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('csv')
     parser.add_argument('--model', required=True)
+    parser.add_argument('--target', help='a key of config/targets.yaml: each op against its '
+                        'bytes at that datasheet bandwidth')
     parser.add_argument('--out')
     args = parser.parse_args(argv)
     layers = ModelConfig.from_hf(resolve(args.model).hf_config).num_layers
+    peak_gbs = None
+    if args.target:
+        try:
+            peak_gbs = detect(torch.device('cpu'), args.target).bandwidth_gbs
+        except ValueError as error:
+            parser.error(f'--target: {error}')
     kernels = read_kernels(args.csv)
-    rows = table(kernels, layers)
+    rows = table(kernels, layers, peak_gbs)
     total_us = sum(r['us_per_step'] for r in rows)
     total_bytes = sum(r['read'] + r['write'] for r in rows)
     print(f'{args.model}: {len(kernels)} kernels, {total_us:.1f} us of kernel time alone, '
-          f'{total_bytes / 1e9:.3f} GB moved ({total_bytes / total_us / 1e3:.0f} GB/s)')
-    print('| op | kernel | calls | us/call | us/step | GB/s | grid | regs |')
-    print('|---|---|---|---|---|---|---|---|')
+          f'{total_bytes / 1e9:.3f} GB moved ({total_bytes / total_us / 1e3:.0f} GB/s)'
+          + (f'; at {peak_gbs:g} GB/s ({args.target}) {total_bytes / peak_gbs / 1e3:.1f} us'
+             if peak_gbs else ''))
+    floor = ' floor us | over |' if peak_gbs else ''
+    print(f'| op | kernel | calls | us/call | us/step | GB/s | grid | regs |{floor}')
+    print('|---|---|---|---|---|---|---|---|' + '---|---|' * bool(peak_gbs))
     for r in rows:
+        cells = (f" {r['floor_us']:.1f} | {r['over_floor_us']:.1f} |" if peak_gbs else '')
         print(f"| {r['op']} | {r['kernel']} | {r['calls']} | {r['us_per_call']:.2f} | "
-              f"{r['us_per_step']:.1f} | {r['gbps']:.0f} | {r['grid']} | {r['registers']} |")
+              f"{r['us_per_step']:.1f} | {r['gbps']:.0f} | {r['grid']} | {r['registers']} |"
+              + cells)
     if args.out:
         with open(args.out, 'w') as f:
             json.dump({'model': args.model, 'kernels': len(kernels), 'kernel_us': total_us,
-                       'bytes': total_bytes, 'ops': rows}, f, indent=1)
+                       'bytes': total_bytes, 'target': args.target, 'peak_gbs': peak_gbs,
+                       'ops': rows}, f, indent=1)
 
 
 if __name__ == '__main__':

@@ -10,7 +10,8 @@
 #   profile    one graphed step of each of PROFILE_MODELS (default the synthetic 8B) at each of
 #              PROFILE_CONTEXTS (default 2048 16384): wall time, kernels and gaps from the CUDA
 #              profiler (benchmarks/profile_step.py), then each kernel alone under Nsight Compute
-#              (time, DRAM bytes, grid), tabled per layer op by benchmarks/kernel_table.py
+#              (time, DRAM bytes, grid), tabled per layer op by benchmarks/kernel_table.py,
+#              each op beside its bytes at the GPU's datasheet bandwidth
 #   sections   Nsight Compute's full sections (speed of light, occupancy, warp stalls, scheduler,
 #              memory, instructions) for the first NCU_COUNT kernels of one graphed step of
 #              NCU_MODEL at ctx 2048 whose names match the regex NCU_KERNELS; --kernel-flag
@@ -123,6 +124,9 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton._
       TAIL=16 run compare 400 python3 benchmarks/engine_compare.py ${COMPARE_ARGS:-} \
         --out "$WORK/engine_compare.json";;
     profile)
+      # the GPU's datasheet entry in config/targets.yaml, if it has one (the protocol's B_peak)
+      target=$(python3 -c 'import torch; from physinf_ros.measurement.targets import detect
+t = detect(torch.device("cuda")); print("" if t.measured else t.key)' 2>/dev/null)
       for model in ${PROFILE_MODELS:-synthetic:llama-3.1-8b}; do
         for ctx in ${PROFILE_CONTEXTS:-2048 16384}; do
           tag=$(echo "${model#synthetic:}" | tr ':' '-')_$ctx
@@ -133,7 +137,8 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton._
 dram__bytes_write.sum,launch__grid_size,launch__registers_per_thread \
             python3 benchmarks/profile_step.py --ncu-step --model "$model" --ctx "$ctx"
           python3 benchmarks/kernel_table.py "$WORK/ncu_$tag.log" --model "$model" \
-            --out "$WORK/kernels_$tag.json" > "$WORK/kernels_$tag.md" 2>&1
+            ${target:+--target "$target"} --out "$WORK/kernels_$tag.json" \
+            > "$WORK/kernels_$tag.md" 2>&1
           head -n 14 "$WORK/kernels_$tag.md"
         done
       done;;

@@ -1,8 +1,10 @@
 """benchmarks/kernel_table.py: ncu's raw CSV of one step placed by layer op."""
 
 import gzip
+import json
 
 from benchmark_scripts import benchmark_script
+from physinf_ros.measurement.targets import load_targets
 import pytest
 
 kernel_table = benchmark_script('kernel_table')
@@ -43,6 +45,46 @@ def test_layer_ops_are_placed_by_their_position_around_attention(tmp_path, gzipp
     assert rows['post:0']['kernel'] == '_matvec_kernel' and rows['post:0']['calls'] == 1
 
 
+def test_each_op_stands_beside_its_bytes_at_a_datasheet_bandwidth(tmp_path):
+    names = ['_embed_kernel'] + LAYER * 2 + ['_greedy_finish_kernel']
+    write_csv(tmp_path / 'step.csv', names)
+    kernels = kernel_table.read_kernels(tmp_path / 'step.csv')
+    rows = {r['op']: r for r in kernel_table.table(kernels, layers=2, peak_gbs=4000)}
+    # layer:4 is kernels 5 and 11: 6 + 12 us, 12 + 24 kB; 36 kB at 4000 GB/s is 0.009 us
+    assert rows['layer:4']['floor_us'] == pytest.approx(36000 / 4000 / 1e3)
+    assert rows['layer:4']['over_floor_us'] == pytest.approx(18 - 0.009)
+    assert 'floor_us' not in kernel_table.table(kernels, layers=2)[0]
+
+
+def test_the_cli_takes_the_bandwidth_of_a_target_from_targets_yaml(tmp_path, capsys):
+    write_csv(tmp_path / 'step.csv', ['_embed_kernel'] + LAYER * 16 + ['_greedy_finish_kernel'])
+    kernel_table.main([str(tmp_path / 'step.csv'), '--model', 'synthetic:llama-3.2-1b',
+                       '--target', 'h200', '--out', str(tmp_path / 't.json')])
+    out = json.loads((tmp_path / 't.json').read_text())
+    assert out['peak_gbs'] == load_targets()['h200'].bandwidth_gbs
+    assert sum(op['floor_us'] for op in out['ops']) == pytest.approx(
+        out['bytes'] / out['peak_gbs'] / 1e3)
+    assert '| floor us | over |' in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        kernel_table.main([str(tmp_path / 'step.csv'), '--model', 'synthetic:llama-3.2-1b',
+                           '--target', 'no-such-gpu'])
+    assert "unknown target 'no-such-gpu'" in capsys.readouterr().err
+
+
+def test_the_cuda_split_kernel_marks_the_layers_as_the_triton_one_does():
+    # ncu's demangled names of attention_split.cu's and q4_gemv.cu's kernels, cut at '('
+    cuda_layer = [name.replace('_attn_split_kernel', 'void split_kernel<128, __nv_bfloat16, 3>')
+                  .replace('_matvec_kernel', 'void <unnamed>::q4_gemv_kernel<128, 4, 0>')
+                  for name in LAYER]
+    names = ['_embed_kernel'] + cuda_layer * 2 + ['_greedy_finish_kernel']
+    assert kernel_table.roles(names, layers=2) == kernel_table.roles(
+        ['_embed_kernel'] + LAYER * 2 + ['_greedy_finish_kernel'], layers=2)
+    assert kernel_table.base_name(cuda_layer[0]) == 'q4_gemv_kernel'
+
+
 def test_a_step_without_one_attention_per_layer_is_refused():
-    with pytest.raises(ValueError, match='2 _attn_split_kernel launches for 3 layers'):
+    with pytest.raises(ValueError, match='2 attention split launches .* for 3 layers'):
         kernel_table.roles(LAYER * 2, layers=3)
+    # a kernel whose name only contains the anchor's is not an attention split
+    with pytest.raises(ValueError, match='0 attention split launches'):
+        kernel_table.roles(['_matvec_kernel', 'void other_split_kernel<4>'] * 3, layers=3)
