@@ -15,14 +15,14 @@ With MOST_L1=1 (run 5) the one arm is the Triton kernels at carveout 0, the most
 NEIGHBOURS=1 (run 6) the arms set 100 on the split's neighbours alone: QKV (on a JIT function of
 its own in the copy), the reduce, both, and both with the split. With REDUCE_SWEEP=1 (run 7) the
 reduce's alone at 0, 25, 50 and 75. With SYNC=1 (run 10) the reduce at 0 alone, timed both as
-the other runs time it (replays back to back) and with each replay waited for. With V38=1 (run
-11) that arm beside v38's kernels.py (v38_kernels.diff) with reduce_carveout 0 and -1.
+the other runs time it (replays back to back) and with each replay waited for. With V38=1
+(prepared as run 11, run as ../s33_keys/run1.sh) that arm beside v38's kernels.py
+(v38_kernels.diff) with reduce_carveout 0 and -1.
 Usage: carveout_probe.py ARCH:CTX[,CTX]... (PYTHONPATH the repository root)
 """
 import ctypes
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -137,6 +137,19 @@ def synchronous_step_ms(model, ops, ctx, steps=30):
     return statistics.median(times[WARMUP_REPLAYS:]) * 1e3
 
 
+def applied(source, diff_path):
+    """Return `source` with a one-file unified diff applied, each hunk found once, by its text."""
+    hunks = open(diff_path).read().split('\n@@')[1:]   # the machine may have no `patch`
+    for hunk in hunks:
+        lines = hunk.split('\n')[1:]
+        old = [line[1:] for line in lines if line[:1] in (' ', '-')]
+        new = [line[1:] for line in lines if line[:1] in (' ', '+')]
+        old_text, new_text = '\n'.join(old) + '\n', '\n'.join(new) + '\n'
+        assert source.count(old_text) == 1, hunk.split('\n')[0]
+        source = source.replace(old_text, new_text)
+    return source
+
+
 def v38_ops(carveout):
     """
     Return KernelOps of v38's kernels.py (v38_kernels.diff on the package's), reduce at carveout.
@@ -144,11 +157,8 @@ def v38_ops(carveout):
     v38 sets the carveout in the package (a constexpr, the attribute set before the first
     launch); run 7's arm set it on a kernels.py copy's compiled reduce after the first step.
     """
-    folder = tempfile.mkdtemp()
-    out = os.path.join(folder, 'kernels.py')
-    subprocess.run(['patch', '-s', '-o', out, kernels.__file__,
-                    os.path.join(HERE, 'v38_kernels.diff')], check=True)
-    module = kernels_module(open(out).read(), f'v38_kernels_{carveout}')
+    source = applied(open(kernels.__file__).read(), os.path.join(HERE, 'v38_kernels.diff'))
+    module = kernels_module(source, f'v38_kernels_{carveout}')
     config = module.KernelConfig.for_device(torch.device('cuda'))
     return module.KernelOps(config.with_flag('attention.reduce_carveout', str(carveout)))
 
@@ -172,7 +182,7 @@ def main():
         arms_of = {f'reduce {value}': (value, ('_attn_reduce_kernel',), False)
                    for value in (0, 25, 50, 75)}
     synchronous = os.environ.get('SYNC') == '1'   # run 10: the reduce at 0, replays waited for
-    v38 = os.environ.get('V38') == '1'   # run 11: v38's way of setting it, beside run 7's
+    v38 = os.environ.get('V38') == '1'   # v38's way of setting it, beside run 7's
     if synchronous or v38:
         arms_of = {'reduce 0': (0, ('_attn_reduce_kernel',), False)}
     for spec in sys.argv[1:]:
