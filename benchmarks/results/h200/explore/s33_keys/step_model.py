@@ -14,10 +14,10 @@ share, or the kernel count at today's per-kernel cost. No GPU: it reads the comm
 
     PYTHONPATH=. python3 benchmarks/results/h200/explore/s33_keys/step_model.py
 """
-import json
 import os
 
 import numpy as np
+from physinf_ros.bench import results
 from physinf_ros.engine.llama import ModelConfig
 from physinf_ros.engine.models import resolve
 
@@ -35,10 +35,9 @@ def kernels_per_step(model):
 
 def cells():
     for name in FILES:
-        with open(os.path.join(RESULTS, name)) as f:
-            for cell in json.load(f)['cells']:
-                if cell['mode'] == 'graphed':
-                    yield name, cell
+        for cell in results.read(os.path.join(RESULTS, name))['cells']:
+            if cell['mode'] == 'graphed':
+                yield name, cell
 
 
 def main():
