@@ -73,12 +73,13 @@ def oversize(device: torch.device, head_dim: int, stages: int) -> str:
     Return why a block of this head size and ring depth does not fit device ('' when it does).
 
     A block's shared memory grows with its ring (num_stages): 110 KB at head size 128 with 3
-    stages, more than some GPUs give a block (an L4: 99 KB). The library must be available.
+    stages, more than some GPUs give a block (an L4: 99 KB). The library must be available. Each
+    (device, head size, stages) is asked once: eager steps call this at every launch.
     """
-    lib = LIBRARIES.get(device)
     index = device_index(device)
     key = (index, head_dim, stages)
     if key not in _OVERSIZE:
+        lib = LIBRARIES.get(device)
         need = lib.handle.physinf_attn_shared_bytes(head_dim, stages)
         limit = lib.handle.physinf_attn_shared_limit(index)
         _OVERSIZE[key] = '' if need <= limit else (

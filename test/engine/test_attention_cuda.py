@@ -159,12 +159,15 @@ def test_a_ring_too_large_for_the_gpu_falls_back_to_the_triton_split(monkeypatch
     library = SimpleNamespace(handle=SimpleNamespace(
         physinf_attn_shared_bytes=lambda head_dim, stages: sizes[stages] * head_dim // 128,
         physinf_attn_shared_limit=lambda device: 101_376))
-    monkeypatch.setattr(attention_cuda, 'LIBRARIES', SimpleNamespace(get=lambda device: library))
+    lookups = []
+    monkeypatch.setattr(attention_cuda, 'LIBRARIES', SimpleNamespace(
+        get=lambda device: lookups.append(device) or library))
     monkeypatch.setattr(attention_cuda, 'unavailable', lambda device: '')
     monkeypatch.setattr(attention_cuda, '_OVERSIZE', {})
     gpu = torch.device('cuda', 0)
     reason = attention_cuda.oversize(gpu, 128, 3)
     assert '110000 bytes' in reason and '101376' in reason and 'num_stages 2' in reason
+    assert attention_cuda.oversize(gpu, 128, 3) == reason and len(lookups) == 1   # kept
     assert attention_cuda.oversize(gpu, 128, 2) == '' and attention_cuda.oversize(gpu, 64, 3) == ''
     note = ON.attention_kernel_note(8, 128, gpu)
     assert note.startswith('attention split: Triton kernel, the CUDA kernel does not fit')
