@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Session 34, run 4 (prepared; see run1.sh): the per-kernel table of the GPTQ 4-bit Llama-3.1-8B
+# at ctx 2048, then the bf16 8B at 16384 (the table's long-context row, after profile_s10/).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here/../../../../.."
+nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader \
+  > "$OUT/run4_gpu.txt"
+PROFILE_MODELS=synthetic:llama-3.1-8b:gptq PROFILE_CONTEXTS=2048 OUT=$OUT \
+  benchmarks/run_device.sh profile
+PROFILE_MODELS=synthetic:llama-3.1-8b PROFILE_CONTEXTS=16384 OUT=$OUT \
+  benchmarks/run_device.sh profile
+mv "$OUT/results.tgz" "$OUT/run4.tgz" && rm -rf "$OUT/work"
