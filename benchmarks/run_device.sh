@@ -11,7 +11,8 @@
 #              PROFILE_CONTEXTS (default 2048 16384): wall time, kernels and gaps from the CUDA
 #              profiler (benchmarks/profile_step.py), then each kernel alone under Nsight Compute
 #              (time, DRAM bytes, grid), tabled per layer op by benchmarks/kernel_table.py,
-#              each op beside its bytes at the GPU's datasheet bandwidth
+#              each op beside its bytes at the GPU's datasheet bandwidth, and the step as a row
+#              of issue 14's table (benchmarks/step_table.py)
 #   sections   Nsight Compute's full sections (speed of light, occupancy, warp stalls, scheduler,
 #              memory, instructions) for the first NCU_COUNT kernels of one graphed step of
 #              NCU_MODEL at ctx 2048 whose names match the regex NCU_KERNELS; --kernel-flag
@@ -140,6 +141,10 @@ dram__bytes_write.sum,launch__grid_size,launch__registers_per_thread \
             ${target:+--target "$target"} --out "$WORK/kernels_$tag.json" \
             > "$WORK/kernels_$tag.md" 2>&1
           head -n 14 "$WORK/kernels_$tag.md"
+          # the step as a row of issue 14's table (the ops' us and TB/s alone; over the floor)
+          python3 benchmarks/step_table.py "$WORK/kernels_$tag.json" ${target:+--target "$target"} \
+            > "$WORK/row_$tag.md" 2>&1
+          grep "^| ${model#synthetic:}," "$WORK/row_$tag.md" || tail -n 2 "$WORK/row_$tag.md"
         done
       done;;
     sections)
