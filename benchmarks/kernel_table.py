@@ -76,6 +76,19 @@ def roles(names, layers):
     return labels
 
 
+def floor_us(nbytes, peak_gbs):
+    """Return the us that nbytes of DRAM traffic take at peak_gbs (GB/s)."""
+    return nbytes / peak_gbs / 1e3
+
+
+def datasheet_gbs(parser, key):
+    """Return the bandwidth of config/targets.yaml's key, or stop with the parser's error."""
+    try:
+        return detect(torch.device('cpu'), key).bandwidth_gbs
+    except ValueError as error:
+        parser.error(f'--target: {error}')
+
+
 def table(kernels, layers, peak_gbs=None):
     """Rows per op; with peak_gbs (GB/s), each op's floor_us and over_floor_us too."""
     labels = roles([k['name'] for k in kernels], layers)
@@ -95,7 +108,7 @@ def table(kernels, layers, peak_gbs=None):
                      'us_per_step': total_ns / 1000,
                      'gbps': (op['read'] + op['write']) / total_ns})
         if peak_gbs:
-            rows[-1]['floor_us'] = (op['read'] + op['write']) / peak_gbs / 1e3
+            rows[-1]['floor_us'] = floor_us(op['read'] + op['write'], peak_gbs)
             rows[-1]['over_floor_us'] = rows[-1]['us_per_step'] - rows[-1]['floor_us']
     return rows
 
@@ -109,19 +122,15 @@ def main(argv=None):
     parser.add_argument('--out')
     args = parser.parse_args(argv)
     layers = ModelConfig.from_hf(resolve(args.model).hf_config).num_layers
-    peak_gbs = None
-    if args.target:
-        try:
-            peak_gbs = detect(torch.device('cpu'), args.target).bandwidth_gbs
-        except ValueError as error:
-            parser.error(f'--target: {error}')
+    peak_gbs = datasheet_gbs(parser, args.target) if args.target else None
     kernels = read_kernels(args.csv)
     rows = table(kernels, layers, peak_gbs)
     total_us = sum(r['us_per_step'] for r in rows)
     total_bytes = sum(r['read'] + r['write'] for r in rows)
     print(f'{args.model}: {len(kernels)} kernels, {total_us:.1f} us of kernel time alone, '
           f'{total_bytes / 1e9:.3f} GB moved ({total_bytes / total_us / 1e3:.0f} GB/s)'
-          + (f'; at {peak_gbs:g} GB/s ({args.target}) {total_bytes / peak_gbs / 1e3:.1f} us'
+          + (f'; at {peak_gbs:g} GB/s ({args.target}) '
+             f'{floor_us(total_bytes, peak_gbs):.1f} us'
              if peak_gbs else ''))
     floor = ' floor us | over |' if peak_gbs else ''
     print(f'| op | kernel | calls | us/call | us/step | GB/s | grid | regs |{floor}')

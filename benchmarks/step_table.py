@@ -15,9 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from kernel_table import ANCHORS, base_name
-from physinf_ros.measurement.targets import detect
-import torch
+from kernel_table import ANCHORS, base_name, datasheet_gbs, floor_us
 
 # The greedy step's six kernels a layer, in their order (llama.decode_layers: the norm and QKV
 # GEMV, RoPE and attention's split and reduce, o_proj into the residual, the norm and gate/up
@@ -71,8 +69,9 @@ def time_row(step):
 
 def floor_row(step, peak_gbs):
     """Return each op's us alone over its bytes at peak_gbs, after alone, floor and over."""
-    over = {name: us - nbytes / peak_gbs / 1e3 for name, (us, nbytes) in step['cells'].items()}
-    floor_ms = sum(nbytes for _, nbytes in step['cells'].values()) / peak_gbs / 1e6
+    over = {name: us - floor_us(nbytes, peak_gbs)
+            for name, (us, nbytes) in step['cells'].items()}
+    floor_ms = floor_us(sum(nbytes for _, nbytes in step['cells'].values()), peak_gbs) / 1e3
     return (f"| {step['label']} | {step['alone_ms']:.3f} | {floor_ms:.3f} | "
             f"{step['alone_ms'] - floor_ms:.3f} | "
             + ' | '.join(f'{us:.0f}' for us in over.values()) + ' |')
@@ -86,10 +85,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         steps = [read_step(path) for path in args.kernels]
-        peak_gbs = detect(torch.device('cpu'), args.target).bandwidth_gbs if args.target \
-            else None
     except (OSError, ValueError) as error:
         parser.error(str(error))
+    peak_gbs = datasheet_gbs(parser, args.target) if args.target else None
     print('| step | wall ms | kernels alone, ms | launches | ' + ' | '.join(COLUMNS) + ' |')
     print('|---' * (4 + len(COLUMNS)) + '|')
     for step in steps:
