@@ -2,7 +2,9 @@
 # Session 34, run 4 (prepared; see run1.sh): the per-kernel table of the GPTQ 4-bit Llama-3.1-8B
 # at ctx 2048, then the bf16 8B at 16384 (the table's long-context row, after profile_s10/); then
 # session 14's stamped step of Qwen2.5-1.5B at 2048 (timeline.py: each op's span in the graphed
-# step, the Triton split), the one robot shape with no stamped table on record.
+# step, the Triton split): the robot shape whose stamped tables on record (sessions 20, 22) are of
+# a step the stamps slowed by 12-14%; since session 35 the stamped kernels keep the plain ones'
+# registers (docs/PERF.md, session 35).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../../../../.."
