@@ -3,7 +3,7 @@ Session 35: the stamps' registers, each kernel of the step compiled for sm_90 (n
 
 Each kernel of a layer and the head, compiled as the package launches it, as session 14's
 timeline.py stamped it until session 35, and stamped with at most the package's
-registers (timeline.Capped, since session 35): registers, local (spilled) bytes, shared
+registers (timeline.Capped, since session 35): registers, stack frame (where spills go), shared
 memory, and the programs an SM holds at once, for the three robot shapes at config/kernels.yaml's
 H200 launch shapes (attention on the Triton split, as the timeline runs it).
 
@@ -43,7 +43,7 @@ ARCHS = ('llama-3.2-1b', 'qwen2.5-1.5b', 'llama-3.2-3b')
 
 
 def compiled(fn, consts, options):
-    """Return (registers a thread, local bytes, shared bytes) of fn compiled for sm_90."""
+    """Return (registers a thread, stack frame bytes, shared bytes) of fn compiled for sm_90."""
     names = fn.arg_names
     sig = {n: 'constexpr' if n in consts else TYPES.get(n, '*fp32') for n in names}
     attrs = {(i,): [['tt.divisibility', 16]] for i, n in enumerate(names)
@@ -57,8 +57,8 @@ def compiled(fn, consts, options):
         usage = subprocess.run([TOOL, '-res-usage', cubin.name], capture_output=True,
                                text=True).stdout
     registers = int(re.search(r'REG:(\d+)', usage).group(1))
-    local = int(re.search(r'LOCAL:(\d+)', usage).group(1))
-    return registers, local, kernel.metadata.shared
+    stack = int(re.search(r'STACK:(\d+)', usage).group(1))
+    return registers, stack, kernel.metadata.shared
 
 
 def resident(registers, shared, warps):
@@ -113,7 +113,7 @@ def main():
     tuning = yaml.safe_load(config_path('kernels.yaml').read_text())['NVIDIA H200']
     config = kernels.KernelConfig().with_tuning(tuning)
     stamped = kernels_module(stamped_source(), 'stamped_kernels')
-    print('arch | op | programs | warps | package: registers, local B, shared B, an SM holds, '
+    print('arch | op | programs | warps | package: registers, stack B, shared B, an SM holds, '
           "waves | stamped: the same | stamped, capped at the package's registers: the same")
     for arch in ARCHS:
         c = ModelConfig.from_hf(synthetic_config(arch))
@@ -121,12 +121,12 @@ def main():
             row = [arch, op, str(programs), str(options['num_warps'])]
             cap = compiled(getattr(kernels, name), consts, options)[0]
             for module, cap_at in ((kernels, None), (stamped, None), (stamped, cap)):
-                registers, local, shared = compiled(
+                registers, stack, shared = compiled(
                     getattr(module, name), consts,
                     dict(options, maxnreg=min(cap_at, options.get('maxnreg', cap_at)))
                     if cap_at else options)
                 held = resident(registers, shared, options['num_warps'])
-                row.append(f'{registers}, {local}, {shared}, {held}, '
+                row.append(f'{registers}, {stack}, {shared}, {held}, '
                            f'{programs / (SMS * held):.2f}')
             print(' | '.join(row), flush=True)
 
