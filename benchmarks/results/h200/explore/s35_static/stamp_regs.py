@@ -119,12 +119,12 @@ def main():
         c = ModelConfig.from_hf(synthetic_config(arch))
         for op, name, consts, options, programs in launches(config, c):
             row = [arch, op, str(programs), str(options['num_warps'])]
-            cap = compiled(getattr(kernels, name), consts, options)[0]
-            for module, cap_at in ((kernels, None), (stamped, None), (stamped, cap)):
-                registers, stack, shared = compiled(
-                    getattr(module, name), consts,
-                    dict(options, maxnreg=min(cap_at, options.get('maxnreg', cap_at)))
-                    if cap_at else options)
+            package = compiled(getattr(kernels, name), consts, options)
+            # The package's count is within any cap options hold: timeline.Capped's maxnreg.
+            capped = dict(options, maxnreg=package[0])
+            for registers, stack, shared in (
+                    package, compiled(getattr(stamped, name), consts, options),
+                    compiled(getattr(stamped, name), consts, capped)):
                 held = resident(registers, shared, options['num_warps'])
                 row.append(f'{registers}, {stack}, {shared}, {held}, '
                            f'{programs / (SMS * held):.2f}')
