@@ -6,10 +6,10 @@ twice): every kernel takes a stamp buffer and a base offset, and each program wr
 times, in nanoseconds: as it reaches its PDL wait (its pre-wait loads issued), as the wait
 releases it, and as it ends; each launches with at most the registers the same kernel takes
 unstamped (since session 35: more had cost some kernels a wave). Launch i of a step writes
-programs at i * SLOT. One step (layers
-and greedy head) is captured in a CUDA graph with a launch's base baked in, replayed, and each
-kernel's window is read back: its first program's release against the previous kernel's last
-end (the boundary), and its last end against its first release (its time after the wait).
+programs at i * SLOT. One step (layers and greedy head) is captured in a CUDA graph with a
+launch's base baked in, replayed, and each kernel's window is read back: its first program's
+release against the previous kernel's last end (the boundary), and its last end against its
+first release (its time after the wait).
 With ARMS set (';'-separated arms of space-separated settings: attention.FIELD=VALUE or
 switch=VALUE as an A/B sets them, or KIND:N:K=BLOCK_N,BLOCK_K,SPLIT_K,WARPS for one GEMV's
 launch shape), each arm's step is timed unstamped and its per-op table printed, the arms
