@@ -4,7 +4,9 @@ Compile the decode kernels for Hopper (sm_90) ahead of time, no GPU needed.
 Run as a script (without TRITON_INTERPRET): prints one JSON line per kernel variant with whether
 it compiled, the widths of its global loads in the SASS, and its atomics and memory-order
 instructions (fences, L1 invalidations). engine/test_kernel_compile.py runs it, so CI catches
-kernels that only fail when compiled for a GPU.
+kernels that only fail when compiled for a GPU. Its compile_sm90, cubin_text and resource_usage
+also serve the static studies under benchmarks/results/h200/explore/ (static_sass.py,
+static_waits.py, stamp_regs.py), so each compiles its kernels the way this test does.
 """
 
 import collections
@@ -21,6 +23,7 @@ from triton.compiler import ASTSource
 import triton.language as tl
 
 TARGET = GPUTarget('cuda', 90, 32)
+TOOLS = os.path.join(os.path.dirname(triton.__file__), 'backends', 'nvidia', 'bin')
 BF, F32 = '*bf16', '*fp32'
 GEMV = {'W': BF, 'X': F32, 'Y': F32, 'NORM': BF, 'BIAS': BF, 'ARGMAX': '*i64', 'N': 'i32',
         'K': 'i32', 'eps': 'fp32'}
@@ -76,21 +79,39 @@ def variants():
     return out
 
 
-def compile_one(fn, signature, constexprs):
-    sig = dict(signature, **dict.fromkeys(constexprs, 'constexpr'))
-    # What the JIT assumes at run time for 16-aligned pointers and sizes like 4096.
-    attrs = {(i,): [['tt.divisibility', 16]] for i, (name, kind) in enumerate(sig.items())
-             if kind.startswith('*') or name in ('N', 'K', 'N_ALL')}
-    compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs,
-                                        attrs=attrs),
-                              target=TARGET, options={'launch_pdl': True})
+def compile_sm90(fn, types, constexprs, divisible=(), **options):
+    """
+    Return fn compiled for sm_90 as the JIT specialises it at run time.
+
+    types maps each run-time argument to its Triton type ('*bf16', 'i32'); pointers, and the
+    integer arguments named in divisible, are taken as multiples of 16, as the JIT finds 16-byte
+    aligned buffers and sizes like 4096. options are launch options (num_warps, maxnreg).
+    """
+    sig = {n: 'constexpr' if n in constexprs else types[n] for n in fn.arg_names}
+    attrs = {(i,): [['tt.divisibility', 16]] for i, n in enumerate(fn.arg_names)
+             if sig[n].startswith('*') or n in divisible}
+    return triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs),
+                          target=TARGET, options={'launch_pdl': True, **options})
+
+
+def cubin_text(compiled, tool, *flags):
+    """Return what Triton's bundled tool (cuobjdump, nvdisasm) prints for the kernel's cubin."""
     with tempfile.NamedTemporaryFile(suffix='.cubin') as cubin:
         cubin.write(compiled.asm['cubin'])
         cubin.flush()
-        tool = os.path.join(os.path.dirname(triton.__file__), 'backends', 'nvidia', 'bin',
-                            'cuobjdump')
-        sass = subprocess.run([tool, '-sass', cubin.name], capture_output=True,
-                              text=True).stdout
+        return subprocess.run([os.path.join(TOOLS, tool), *flags, cubin.name],
+                              capture_output=True, text=True, check=True).stdout
+
+
+def resource_usage(compiled):
+    """Return the kernel's resources as cuobjdump counts them: {'REG': 168, 'STACK': 0, ...}."""
+    return {k: int(v) for k, v in re.findall(r'([A-Z]+):(\d+)',
+                                             cubin_text(compiled, 'cuobjdump', '-res-usage'))}
+
+
+def compile_one(fn, signature, constexprs):
+    sass = cubin_text(compile_sm90(fn, signature, constexprs, divisible=('N', 'K', 'N_ALL')),
+                      'cuobjdump', '-sass')
     return (dict(collections.Counter(re.findall(r'LDG\.E[.\w]*', sass))),
             dict(collections.Counter(re.findall(r'\b(MEMBAR|CCTL|ATOMG|REDG)\b', sass))))
 

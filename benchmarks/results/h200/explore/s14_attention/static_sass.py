@@ -8,44 +8,37 @@ The pointers and max_context get the 16-byte divisibility the JIT assumes at run
 it the cache loads compile to 2-byte loads and the counts mean nothing).
 Usage: python3 static_sass.py (from this folder, PYTHONPATH the repository root)
 """
+import collections
 import os
 import re
 import subprocess
+import sys
 import tempfile
 
-import fma_kernels
-from physinf_ros.engine import kernels
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-import triton.language as tl
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, '..', '..', '..', '..', '..', 'test', 'support'))
+import fma_kernels  # noqa: E402
+from kernel_aot import compile_sm90, cubin_text, TOOLS  # noqa: E402
+from physinf_ros.engine import kernels  # noqa: E402
+import triton.language as tl  # noqa: E402
 
-TOOLS = os.path.join(os.path.dirname(triton.__file__), 'backends', 'nvidia', 'bin')
-TYPES = {'KC': '*bf16', 'VC': '*bf16', 'POS': '*i32', 'max_context': 'i32', 'scale': 'fp32',
-         'group': 'i32', 'num_heads': 'i32', 'kv_heads': 'i32'}
+TYPES = collections.defaultdict(lambda: '*fp32', {
+    'KC': '*bf16', 'VC': '*bf16', 'POS': '*i32', 'max_context': 'i32', 'scale': 'fp32',
+    'group': 'i32', 'num_heads': 'i32', 'kv_heads': 'i32'})
 
 
 def compiled_sass(fn, consts, warps, **options):
     """Return (compiled, ptxas -v report, SASS) of fn for sm_90a, specialised as launched."""
-    names = fn.arg_names
-    sig = {n: 'constexpr' if n in consts else TYPES.get(n, '*fp32') for n in names}
-    attrs = {(i,): [['tt.divisibility', 16]] for i, n in enumerate(names)
-             if sig[n].startswith('*') or n == 'max_context'}
-    compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
-                              target=GPUTarget('cuda', 90, 32),
-                              options={'num_warps': warps, 'launch_pdl': True, **options})
+    compiled = compile_sm90(fn, TYPES, consts, divisible=('max_context',), num_warps=warps,
+                            **options)
     with tempfile.TemporaryDirectory() as tmp:
-        ptx, cubin = os.path.join(tmp, 'k.ptx'), os.path.join(tmp, 'k.cubin')
+        ptx = os.path.join(tmp, 'k.ptx')
         with open(ptx, 'w') as f:
             f.write(compiled.asm['ptx'])
-        with open(cubin, 'wb') as f:
-            f.write(compiled.asm['cubin'])
         report = subprocess.run([os.path.join(TOOLS, 'ptxas'), '-v', '-arch=sm_90a', ptx, '-o',
                                  os.path.join(tmp, 'again.cubin')],
                                 capture_output=True, text=True).stderr
-        sass = subprocess.run([os.path.join(TOOLS, 'nvdisasm'), '-c', cubin],
-                              capture_output=True, text=True).stdout
-    return compiled, report, sass
+    return compiled, report, cubin_text(compiled, 'nvdisasm', '-c')
 
 
 def facts(module, group_p, block_t, warps, dim):

@@ -11,23 +11,19 @@ Usage: static_waits.py (PYTHONPATH the repository root, no TRITON_INTERPRET)
 """
 import os
 import re
-import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', 's14_timeline'))
+sys.path.insert(0, os.path.join(HERE, '..', '..', '..', '..', '..', 'test', 'support'))
+from kernel_aot import compile_sm90, cubin_text, resource_usage  # noqa: E402
 from physinf_ros.engine import kernels  # noqa: E402
 from physinf_ros.engine.llama import gate_up_block  # noqa: E402
 from physinf_ros.resources import config_path  # noqa: E402
 from ring_probe import ring_source  # noqa: E402
 from timeline import kernels_module  # noqa: E402
-import triton  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
 import yaml  # noqa: E402
 
-TOOL = os.path.join(os.path.dirname(triton.__file__), 'backends', 'nvidia', 'bin', 'cuobjdump')
 BF, F32 = '*bf16', '*fp32'
 GEMV = {'W': BF, 'X': F32, 'Y': F32, 'NORM': BF, 'BIAS': BF, 'ARGMAX': '*i64', 'N': 'i32',
         'K': 'i32', 'eps': 'fp32'}
@@ -37,20 +33,10 @@ SHAPES = {'llama-3.1-8b': (4096, 6144, 14336), 'llama-3.2-1b': (2048, 3072, 8192
 
 def compile_sass(fn, signature, constexprs, warps):
     """Return (SASS text, resource usage line) of one kernel compiled for sm_90."""
-    sig = dict(signature, **dict.fromkeys(constexprs, 'constexpr'))
-    attrs = {(i,): [['tt.divisibility', 16]] for i, (name, kind) in enumerate(sig.items())
-             if kind.startswith('*') or name in ('N', 'K')}
-    compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs,
-                                        attrs=attrs), target=GPUTarget('cuda', 90, 32),
-                              options={'launch_pdl': True, 'num_warps': warps})
-    with tempfile.NamedTemporaryFile(suffix='.cubin') as cubin:
-        cubin.write(compiled.asm['cubin'])
-        cubin.flush()
-        sass = subprocess.run([TOOL, '-sass', cubin.name], capture_output=True,
-                              text=True).stdout
-        usage = subprocess.run([TOOL, '-res-usage', cubin.name], capture_output=True,
-                               text=True).stdout
-    return sass, ' '.join(re.findall(r'(?:REG|STACK|LOCAL):\d+', usage))
+    compiled = compile_sm90(fn, signature, constexprs, divisible=('N', 'K'), num_warps=warps)
+    usage = resource_usage(compiled)
+    return (cubin_text(compiled, 'cuobjdump', '-sass'),
+            ' '.join(f'{k}:{usage[k]}' for k in ('REG', 'STACK', 'LOCAL')))
 
 
 def instructions(sass):

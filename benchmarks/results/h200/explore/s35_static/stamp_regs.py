@@ -13,52 +13,38 @@ cost 0.5-1%; a stamped kernel that holds fewer programs an SM than the package's
 more waves.
 Usage: stamp_regs.py (PYTHONPATH the repository root, no TRITON_INTERPRET)
 """
+import collections
 import os
-import re
-import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', 's14_timeline'))
+sys.path.insert(0, os.path.join(HERE, '..', '..', '..', '..', '..', 'test', 'support'))
+from kernel_aot import compile_sm90, resource_usage  # noqa: E402
 from physinf_ros.engine import kernels  # noqa: E402
 from physinf_ros.engine.llama import gate_up_block, ModelConfig  # noqa: E402
 from physinf_ros.engine.models import synthetic_config  # noqa: E402
 from physinf_ros.resources import config_path  # noqa: E402
 from timeline import kernels_module, stamped_source  # noqa: E402
 import triton  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
 import triton.language as tl  # noqa: E402
 import yaml  # noqa: E402
 
-TOOL = os.path.join(os.path.dirname(triton.__file__), 'backends', 'nvidia', 'bin', 'cuobjdump')
 SMS = 132                       # H200
 REGISTERS, THREADS, BLOCKS, SHARED = 65536, 2048, 32, 233472   # an SM's (sm_90)
-TYPES = {'KC': '*bf16', 'VC': '*bf16', 'W': '*bf16', 'NORM': '*bf16', 'BIAS': '*bf16',
-         'POS': '*i32', 'ARGMAX': '*i64', 'STAMPS': '*i64', 'N': 'i32', 'K': 'i32',
-         'max_context': 'i32', 'group': 'i32', 'num_heads': 'i32', 'kv_heads': 'i32',
-         'STAMP_BASE': 'i32', 'eps': 'fp32', 'scale': 'fp32'}
+TYPES = collections.defaultdict(lambda: '*fp32', {
+    'KC': '*bf16', 'VC': '*bf16', 'W': '*bf16', 'NORM': '*bf16', 'BIAS': '*bf16', 'POS': '*i32',
+    'ARGMAX': '*i64', 'STAMPS': '*i64', 'N': 'i32', 'K': 'i32', 'max_context': 'i32',
+    'group': 'i32', 'num_heads': 'i32', 'kv_heads': 'i32', 'STAMP_BASE': 'i32', 'eps': 'fp32',
+    'scale': 'fp32'})
 ARCHS = ('llama-3.2-1b', 'qwen2.5-1.5b', 'llama-3.2-3b')
 
 
 def compiled(fn, consts, options):
     """Return (registers a thread, stack frame bytes, shared bytes) of fn compiled for sm_90."""
-    names = fn.arg_names
-    sig = {n: 'constexpr' if n in consts else TYPES.get(n, '*fp32') for n in names}
-    attrs = {(i,): [['tt.divisibility', 16]] for i, n in enumerate(names)
-             if sig[n].startswith('*') or n in ('N', 'K', 'max_context')}
-    kernel = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
-                            target=GPUTarget('cuda', 90, 32),
-                            options={'launch_pdl': True, **options})
-    with tempfile.NamedTemporaryFile(suffix='.cubin') as cubin:
-        cubin.write(kernel.asm['cubin'])
-        cubin.flush()
-        usage = subprocess.run([TOOL, '-res-usage', cubin.name], capture_output=True,
-                               text=True).stdout
-    registers = int(re.search(r'REG:(\d+)', usage).group(1))
-    stack = int(re.search(r'STACK:(\d+)', usage).group(1))
-    return registers, stack, kernel.metadata.shared
+    kernel = compile_sm90(fn, TYPES, consts, divisible=('N', 'K', 'max_context'), **options)
+    usage = resource_usage(kernel)
+    return usage['REG'], usage['STACK'], kernel.metadata.shared
 
 
 def resident(registers, shared, warps):
