@@ -12,5 +12,5 @@ OUT=$OUT benchmarks/run_device.sh carry > /dev/null 2>&1   # puts the GGUF toget
 PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 timeout 420 python3 -m pytest -q \
   -p no:cacheprovider -rs test/engine/test_sampling.py test/engine/test_faults.py \
   test/bench/test_bench_cli.py test/engine/test_exllamav2.py 2>&1 \
-  | grep -v -i warn | tee -a "$OUT/run2_tests.log" | tail -n 12
+  | grep -v -i -E "^ *warn|warning:|warnings.warn" | tee -a "$OUT/run2_tests.log" | tail -n 12
 rm -rf "$OUT/work"
