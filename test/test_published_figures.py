@@ -88,6 +88,21 @@ def test_readme_headline_rows_are_their_files(model, backend, file, mode):
         assert_rounds_to(ratio, found['R_floor'], f'{model} {mode} R_floor at {ctx}')
 
 
+def test_readme_headline_session_counts_are_their_files():
+    published = re.search(r'(\d+) fresh sessions per cell for the bf16 8B, (\d+) for the others',
+                          flat_text(README))
+    assert published, 'the protocol sentence above the headline table'
+    bf16, others = (int(n) for n in published.groups())
+    text = (ROOT / README).read_text()
+    named = set(re.findall(r'`([\w.-]+\.json)` \|$', text[text.index('## Measured'):],
+                           re.MULTILINE))
+    assert len(named) == 7, named
+    for file in named:
+        bf16_8b = file in ('protocol_llama-3.1-8b.json', 'graphed_llama-3.1-8b.json')
+        sessions = load(H200 / file)['protocol']['sessions']
+        assert sessions == (bf16 if bf16_8b else others), f'{file}: {sessions} sessions'
+
+
 @pytest.mark.parametrize('model, files', [
     ('Llama-3.1-8B, bf16', ('protocol_llama-3.1-8b.json', 'graphed_llama-3.1-8b.json')),
     ('Llama-3.1-8B, GPTQ 4-bit', (GPTQ_GRAPHED, 'stacks_gptq.json'))])
