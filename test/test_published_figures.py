@@ -15,8 +15,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 H200 = ROOT / 'benchmarks' / 'results' / 'h200'
 NUMBER = re.compile(r'[-+]?\d+(?:\.\d+)?')
-# Our graphed 4-bit 8B as published: the protocol at session 23's package.
+# Our graphed 4-bit 8B as published: the protocol at v36 (commit 2a76128).
 GPTQ_GRAPHED = 'gptq_graphed.json'
+README = 'README.md'
+BENCHMARK = 'docs/BENCHMARK.md'
+QUANTISED = 'docs/QUANTISED.md'
+STACKS = 'docs/STACKS.md'
 
 
 def load(path):
@@ -33,6 +37,11 @@ def row(document, label, after=''):
     raise AssertionError(f'no row {label!r} in {document}')
 
 
+def flat_text(document):
+    """Return a document's text with its line breaks and runs of spaces as single spaces."""
+    return ' '.join((ROOT / document).read_text().split())
+
+
 def numbers(cell):
     """Return the numbers of a cell, as written (with the digits shown)."""
     return NUMBER.findall(cell.replace('*', ''))
@@ -45,73 +54,129 @@ def assert_rounds_to(shown, value, what):
         f'{what}: published {shown}, the file has {value}'
 
 
-def cell(cells, model, backend, ctx):
-    found = [c for c in cells if (c['model'], c['backend'], c['ctx']) == (model, backend, ctx)]
-    assert len(found) == 1, (model, backend, ctx)
-    return found[0]
-
-
 def protocol_cell(file, mode, ctx):
     found = [c for c in load(H200 / file)['cells'] if (c['mode'], c['ctx']) == (mode, ctx)]
     assert len(found) == 1, (file, mode, ctx)
     return found[0]
 
 
+def headline_row(model, backend):
+    """Return the ctx 2048 and 16384 cells of README's headline row, and the file it names."""
+    text = (ROOT / README).read_text()
+    for line in text[text.index('## Measured'):].splitlines():
+        cells = [c.strip() for c in line.strip().strip('|').split('|')]
+        if line.startswith('|') and cells[0] == model and cells[1].startswith(backend):
+            *figures, file = cells[2:]
+            return cells[1], figures, file.strip('`')
+    raise AssertionError(f'no headline row {model!r}, {backend!r} in {README}')
+
+
+@pytest.mark.parametrize('model, backend, file, mode', [
+    ('Llama-3.1-8B, bf16', '`graphed`', 'graphed_llama-3.1-8b.json', 'graphed'),
+    ('Llama-3.1-8B, bf16', '`eager`', 'protocol_llama-3.1-8b.json', 'eager'),
+    ('Llama-3.1-8B, bf16', '`hf-graphed`', 'protocol_llama-3.1-8b.json', 'hf-graphed'),
+    ('Llama-3.1-8B, bf16', '`hf`', 'protocol_llama-3.1-8b.json', 'hf'),
+    ('Llama-3.1-8B, GPTQ 4-bit', '`graphed`', GPTQ_GRAPHED, 'graphed'),
+    ('Llama-3.1-8B, GPTQ 4-bit', '`exllamav2`', 'stacks_gptq.json', 'exllamav2')])
+def test_readme_headline_rows_are_their_files(model, backend, file, mode):
+    _, figures, named = headline_row(model, backend)
+    assert named == file, f'{model}, {backend}: the row names {named}'
+    for text, ctx in zip(figures, (2048, 16384)):
+        step_ms, ratio = numbers(text)
+        found = protocol_cell(file, mode, ctx)
+        assert_rounds_to(step_ms, found['step_ms_p50'], f'{model} {mode} at {ctx}')
+        assert_rounds_to(ratio, found['R_floor'], f'{model} {mode} R_floor at {ctx}')
+
+
+def test_readme_headline_session_counts_are_their_files():
+    published = re.search(r'(\d+) fresh sessions per cell for the bf16 8B, (\d+) for the others',
+                          flat_text(README))
+    assert published, 'the protocol sentence above the headline table'
+    bf16, others = (int(n) for n in published.groups())
+    text = (ROOT / README).read_text()
+    named = set(re.findall(r'`([\w.-]+\.json)` \|$', text[text.index('## Measured'):],
+                           re.MULTILINE))
+    assert len(named) == 7, named
+    for file in named:
+        bf16_8b = file in ('protocol_llama-3.1-8b.json', 'graphed_llama-3.1-8b.json')
+        sessions = load(H200 / file)['protocol']['sessions']
+        assert sessions == (bf16 if bf16_8b else others), f'{file}: {sessions} sessions'
+
+
+@pytest.mark.parametrize('model, files', [
+    ('Llama-3.1-8B, bf16', ('protocol_llama-3.1-8b.json', 'graphed_llama-3.1-8b.json')),
+    ('Llama-3.1-8B, GPTQ 4-bit', (GPTQ_GRAPHED, 'stacks_gptq.json'))])
+def test_readme_headline_floors_are_their_files(model, files):
+    _, figures, named = headline_row(model, 'memory floor t_floor')
+    assert named == files[0], f'{model}: the floor row names {named}'
+    for text, ctx in zip(figures, (2048, 16384)):
+        for file in files:   # one floor: every run of this model has it
+            found = protocol_cell(file, 'graphed', ctx)
+            assert_rounds_to(numbers(text)[0], found['t_floor_ms'], f'{model} t_floor at {ctx}')
+
+
+@pytest.mark.parametrize('model, shape', [('Llama-3.2-1B, bf16', 'llama-3.2-1b'),
+                                          ('Qwen2.5-1.5B, bf16', 'qwen2.5-1.5b'),
+                                          ('Llama-3.2-3B, bf16', 'llama-3.2-3b')])
+def test_readme_robot_rows_are_their_files(model, shape):
+    backend, (short, long), named = headline_row(model, '`graphed`')
+    file = f'robots_{shape}.json'
+    assert named == file, f'{model}: the row names {named}'
+    assert long == '-', 'the robot shapes were measured at ctx 2048 only'
+    found = protocol_cell(file, 'graphed', 2048)
+    assert_rounds_to(numbers(backend)[0], found['t_floor_ms'], f'{shape} t_floor')
+    step_ms, ratio = numbers(short)
+    assert_rounds_to(step_ms, found['step_ms_p50'], f'{shape} graphed')
+    assert_rounds_to(ratio, found['R_floor'], f'{shape} R_floor')
+
+
 @pytest.mark.parametrize('label, mode', [
     ('`hf`', 'hf'), ('`hf-graphed`', 'hf-graphed'), ('`eager`', 'eager'),
     ('`graphed`', 'graphed')])
-def test_readme_measured_table_is_the_protocol_run(label, mode):
-    for text, ctx in zip(row('README.md', label), (2048, 16384)):
+def test_benchmark_protocol_table_is_the_protocol_run(label, mode):
+    for text, ctx in zip(row(BENCHMARK, label, after='## Results files'), (2048, 16384)):
         step_ms, ratio = numbers(text)
         found = protocol_cell('protocol_llama-3.1-8b.json', mode, ctx)
         assert_rounds_to(step_ms, found['step_ms_p50'], f'{mode} at {ctx}')
         assert_rounds_to(ratio, found['R_floor'], f'{mode} R_floor at {ctx}')
-    for text, ctx in zip(row('README.md', 'memory floor t_floor'), (2048, 16384)):
+    floors = row(BENCHMARK, 'memory floor t_floor', after='## Results files')
+    for text, ctx in zip(floors, (2048, 16384)):
         found = protocol_cell('protocol_llama-3.1-8b.json', mode, ctx)
         assert_rounds_to(numbers(text)[0], found['t_floor_ms'], f't_floor at {ctx}')
 
 
 @pytest.mark.parametrize('label, file, mode', [
     ('`graphed`, 4-bit', GPTQ_GRAPHED, 'graphed'),
-    ('`graphed`, the same model in bf16', 'protocol_llama-3.1-8b.json', 'graphed'),
+    ('`graphed`, the same model in bf16', 'graphed_llama-3.1-8b.json', 'graphed'),
     ('`exllamav2` (stock)', 'stacks_gptq.json', 'exllamav2')])
-def test_readme_quantised_table_is_the_protocol_run(label, file, mode):
-    for text, ctx in zip(row('README.md', label), (2048, 16384)):
+def test_quantised_table_is_the_protocol_run(label, file, mode):
+    *figures, named = row(QUANTISED, label)
+    assert named == f'`{file}`', f'{label}: the row names {named}'
+    for text, ctx in zip(figures, (2048, 16384)):
         step_ms, ratio = numbers(text)
         found = protocol_cell(file, mode, ctx)
         assert_rounds_to(step_ms, found['step_ms_p50'], f'{label} at {ctx}')
         assert_rounds_to(ratio, found['R_floor'], f'{label} R_floor at {ctx}')
 
 
-def test_readme_quantised_floor_is_the_protocol_run():
-    for text, ctx in zip(row('README.md', 't_floor (W 4.65 GB'), (2048, 16384)):
+def test_quantised_floor_is_the_protocol_run():
+    *figures, named = row(QUANTISED, 't_floor (W 4.65 GB')
+    assert named == f'`{GPTQ_GRAPHED}`', named
+    for text, ctx in zip(figures, (2048, 16384)):
         for file in (GPTQ_GRAPHED, 'stacks_gptq.json'):   # one floor, both runs
             found = protocol_cell(file, 'graphed', ctx)
             assert_rounds_to(text.split()[0], found['t_floor_ms'], f'4-bit t_floor at {ctx}')
 
 
-def test_readme_gptq_sentence_is_its_file():
-    text = ' '.join((ROOT / 'README.md').read_text().split())
+def test_quantised_gptq_sentence_is_its_file():
     published = re.search(r'4-bit kernels in \*\*([\d.]+) ms\*\* at ctx 2048 and ([\d.]+) ms at '
-                          r'16384 \(R_floor ([\d.]+)-([\d.]+)', text)
-    assert published, 'the 4-bit sentence of Measured'
+                          r'16384 \(R_floor ([\d.]+)-([\d.]+)', flat_text(QUANTISED))
+    assert published, 'the 4-bit sentence of docs/QUANTISED.md'
     short, long, r_short, r_long = published.groups()
     for step, ratio, ctx in ((short, r_short, 2048), (long, r_long, 16384)):
         found = protocol_cell(GPTQ_GRAPHED, 'graphed', ctx)
         assert_rounds_to(step, found['step_ms_p50'], f'4-bit graphed at {ctx}')
         assert_rounds_to(ratio, found['R_floor'], f'4-bit R_floor at {ctx}')
-
-
-@pytest.mark.parametrize('label, shape', [('Llama-3.2-1B', 'llama-3.2-1b'),
-                                          ('Qwen2.5-1.5B', 'qwen2.5-1.5b'),
-                                          ('Llama-3.2-3B', 'llama-3.2-3b')])
-def test_readme_robot_table_is_its_files(label, shape):
-    floor, step = row('README.md', label, after='Robot-size shapes')
-    found = protocol_cell(f'robots_{shape}.json', 'graphed', 2048)
-    assert_rounds_to(numbers(floor)[0], found['t_floor_ms'], f'{shape} t_floor')
-    step_ms, ratio = numbers(step)
-    assert_rounds_to(step_ms, found['step_ms_p50'], f'{shape} graphed')
-    assert_rounds_to(ratio, found['R_floor'], f'{shape} R_floor')
 
 
 def paired_rows(folder):
@@ -120,10 +185,9 @@ def paired_rows(folder):
     return {(r['model'], r['ctx']): r for r in rows}
 
 
-# folder: (the sentence above its README table, pairs per cell: rounds x 3 sessions)
-PAIRED_TABLES = {'paired_s7': ("Session 7's kernels against", 6),
-                 'paired_s15': ("Session 15's norm GEMVs", 6),
-                 'explore/s19_arms/paired_run2': ("Session 19's register cap", 24)}
+# folder: (the sentence above its table in docs/BENCHMARK.md, pairs per cell: rounds x 3 sessions)
+PAIRED_TABLES = {'paired_s7': ('v9 (attention reads its first cached keys', 6),
+                 'paired_s15': ('v19, the norm GEMVs', 6)}
 
 
 @pytest.mark.parametrize('folder, label, shape', [
@@ -133,12 +197,11 @@ PAIRED_TABLES = {'paired_s7': ("Session 7's kernels against", 6),
     *[('paired_s15', label, shape) for label, shape in [
         ('Llama-3.2-1B', 'llama-3.2-1b'), ('Qwen2.5-1.5B', 'qwen2.5-1.5b'),
         ('Llama-3.2-3B', 'llama-3.2-3b'), ('Llama-3.1-8B, bf16', 'llama-3.1-8b'),
-        ('Llama-3.1-8B, GPTQ', 'llama-3.1-8b-gptq')]],
-    ('explore/s19_arms/paired_run2', 'Llama-3.2-1B', 'llama-3.2-1b')])
-def test_readme_paired_table_is_its_files(folder, label, shape):
+        ('Llama-3.1-8B, GPTQ', 'llama-3.1-8b-gptq')]]])
+def test_benchmark_paired_table_is_its_files(folder, label, shape):
     rows = paired_rows(folder)
     sentence, pairs = PAIRED_TABLES[folder]
-    cells = row('README.md', label, after=sentence)
+    cells = row(BENCHMARK, label, after=sentence)
     for text, ctx in zip(cells, (2048, 16384)):
         before, after = numbers(text)
         found = rows[(shape, ctx)]
@@ -147,13 +210,13 @@ def test_readme_paired_table_is_its_files(folder, label, shape):
         assert_rounds_to(after, found['new_ms'], f'{shape} new at {ctx}')
 
 
-def test_readme_cuda_q4_paired_table_and_ratios_are_their_files():
+def test_benchmark_cuda_q4_paired_table_and_ratios_are_their_files():
     rows = paired_rows('paired_s9')
-    cells = row('README.md', 'Llama-3.1-8B, GPTQ', after="Session 9's 4-bit GEMVs in CUDA")
-    text = ' '.join((ROOT / 'README.md').read_text().split())
+    cells = row(BENCHMARK, 'Llama-3.1-8B, GPTQ', after='v11b, the 4-bit GEMVs in CUDA')
+    text = flat_text(BENCHMARK)
     ratios = re.search(r'new / base ([\d.]+) \[([\d.]+), ([\d.]+)\] at ctx 2048 and ([\d.]+) '
                        r'\[([\d.]+), ([\d.]+)\] at 16384', text)
-    assert ratios, 'the session 9 paired sentence'
+    assert ratios, 'the paired_s9 sentence of docs/BENCHMARK.md'
     shown_per_ctx = (ratios.groups()[:3], ratios.groups()[3:])
     for cell_text, ctx, shown in zip(cells, (2048, 16384), shown_per_ctx):
         before, after = numbers(cell_text)
@@ -169,14 +232,14 @@ def node_overhead():
     return {s['shape']: s for s in load(H200 / 'node_overhead.json')['shapes']}
 
 
-def test_readme_node_overhead_is_node_overhead_json():
+def test_decoder_node_overhead_is_node_overhead_json():
     shapes = node_overhead()
-    text = ' '.join((ROOT / 'README.md').read_text().split())
+    text = flat_text('docs/DECODER_NODE.md')
     big, small = shapes['llama-3.1-8b'], shapes['smollm2-135m']
     published = re.search(r'every ([\d.]+) ms on average .*? step of ([\d.]+) ms .*? '
                           r'\(overhead ([-+][\d.]+)%.*? every ([\d.]+) ms against ([\d.]+) ms'
                           r' .*? \(([-+][\d.]+)%\)', text)
-    assert published, 'the node overhead paragraph of README.md'
+    assert published, 'the node overhead paragraph of docs/DECODER_NODE.md'
     mean8, step8, over8, mean135, step135, over135 = published.groups()
     assert_rounds_to(mean8, big['subscriber_mean_interval_ms'], '8B interval')
     assert_rounds_to(step8, big['engine_mean_step_ms'], '8B step')
@@ -229,7 +292,7 @@ def test_reliability_stored_run_sentence_is_its_file():
 def test_readme_cpu_figures_are_cpu_embedded_json():
     cells = {c['mode']: c for c in load(ROOT / 'benchmarks' / 'results' / 'dev'
                                         / 'cpu_embedded.json')['cells']}
-    text = ' '.join((ROOT / 'README.md').read_text().split())
+    text = flat_text(README)
     published = re.search(r'took ([\d.]+) ms per step on `hf` and ([\d.]+) ms on `eager`', text)
     assert published, 'the CPU sentence of README.md'
     assert_rounds_to(published.group(1), cells['hf']['step_ms_p50'], 'hf on the CPU')
@@ -422,9 +485,9 @@ def test_reliability_table_figures_are_their_files(label):
     ('`sdpa` (torch', 'sdpa'), ('`sdpa-cudnn`', 'sdpa-cudnn'), ('`physinf`', 'physinf'),
     ('`sdpa-flash`', 'sdpa-flash'), ('`eager`', 'eager'), ('`flex_attention`', 'flex_attention'),
     ('`sdpa-efficient`', 'sdpa-efficient'), ('`sdpa-math`', 'sdpa-math')])
-def test_readme_attention_table_is_attention_json(label, backend):
+def test_stacks_attention_table_is_attention_json(label, backend):
     cells = load(H200 / 'attention.json')['cells']
-    for text, ctx in zip(row('README.md', label, after='Attention per layer, in us'),
+    for text, ctx in zip(row(STACKS, label, after='Attention per layer, in us'),
                          (2048, 16384)):
         found = [c for c in cells if (c['backend'], c['ctx']) == (backend, ctx)]
         assert len(found) == 1, (backend, ctx)
@@ -437,9 +500,9 @@ def test_readme_attention_table_is_attention_json(label, backend):
     ('torchao int4', ('stacks_torchao-int4.json', 'hf:torchao-int4',
                       'hf-graphed:torchao-int4', None)),
     ('torchao int8', ('stacks_torchao-int8.json', 'hf:torchao-int8', 'not measured', None))])
-def test_readme_stack_table_is_its_files(label, files):
+def test_stacks_table_is_its_files(label, files):
     file, *modes = files
-    for text, mode in zip(row('README.md', label), modes):
+    for text, mode in zip(row(STACKS, label, after='Whole steps by stack'), modes):
         if mode is None:
             assert text == '-'
             continue
@@ -449,7 +512,7 @@ def test_readme_stack_table_is_its_files(label, files):
             continue
         assert_rounds_to(numbers(text)[0], protocol_cell(file, mode, 2048)['step_ms_p50'],
                          f'{mode} in {file}')
-    gptq = row('README.md', 'GPTQ 4-bit')[2]
+    gptq = row(STACKS, 'GPTQ 4-bit', after='Whole steps by stack')[2]
     assert_rounds_to(numbers(gptq)[0], protocol_cell(GPTQ_GRAPHED, 'graphed', 2048)[
         'step_ms_p50'], 'GPTQ graphed')
     assert_rounds_to(numbers(gptq)[-1], protocol_cell('stacks_gptq.json', 'exllamav2', 2048)[
@@ -460,10 +523,10 @@ def test_readme_stack_table_is_its_files(label, files):
     ('`sdpa`', ''), ('`sdpa-cudnn`', ':sdpa-cudnn'), ('`sdpa-math`', ':sdpa-math'),
     ('`sdpa-flash`', ':sdpa-flash'), ('`sdpa-efficient`', ':sdpa-efficient'),
     ('`eager`', ':eager'), ('`flex_attention`', ':flex_attention')])
-def test_readme_attention_stack_table_is_stacks_attention_json(label, stack):
+def test_stacks_attention_stack_table_is_stacks_attention_json(label, stack):
     results = load(H200 / 'stacks_attention.json')
     unavailable = {u['mode'] for u in results['unavailable']}
-    cells = row('README.md', label, after='Whole steps by attention stack')
+    cells = row(STACKS, label, after='Whole steps by attention stack')
     for text, backend in zip(cells, ('hf', 'hf-graphed')):
         mode = backend + stack
         if mode in unavailable:   # a reason, not a figure
