@@ -42,7 +42,7 @@
 #   nodebench  benchmarks/node_overhead.py: decoder_node's token interval as a subscriber in
 #              another process sees it, against physinf-generate's step, 8B and 135M shapes
 #   protocol   physinf-bench on the synthetic Llama-3.1-8B: hf, hf-graphed, eager, graphed at ctx
-#              2048 and 16384, 5 fresh sessions (README's measured table)
+#              2048 and 16384, 5 fresh sessions (docs/BENCHMARK.md's protocol table)
 #   paired     the protocol (graphed) on this tree and on a base that differs only in its
 #              kernels.py, carried as .carry/kernels_base.py (git show REV:physinf_ros/engine/
 #              kernels.py), or in the files under .carry/base/ (paths as in the repository),
