@@ -16,12 +16,15 @@ import itertools
 import json
 import time
 
-from physinf_ros.engine import ops_torch, q4_cuda
-from physinf_ros.engine.gptq import PackedLinear
-from physinf_ros.engine.kernels import AttentionConfig, GemvConfig, KernelConfig, KernelOps
-from physinf_ros.engine.llama import ModelConfig, rope_tables
-from physinf_ros.engine.models import resolve
-from physinf_ros.engine.q4_cuda import Q4Shape
+from physinf_ros.engine.kernels import ops_torch, q4_cuda
+from physinf_ros.engine.kernels.config import KernelConfig
+from physinf_ros.engine.kernels.ops_triton import KernelOps
+from physinf_ros.engine.kernels.q4_cuda import Q4Shape
+from physinf_ros.engine.kernels.shapes import AttentionConfig, GemvConfig
+from physinf_ros.engine.model.config import ModelConfig
+from physinf_ros.engine.model.llama import rope_tables
+from physinf_ros.engine.weights.gptq import PackedLinear
+from physinf_ros.engine.weights.resolve import resolve
 from physinf_ros.measurement.targets import measure_copy_bandwidth
 import torch
 import triton

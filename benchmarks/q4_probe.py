@@ -26,9 +26,10 @@ import argparse
 import json
 
 from kernel_sweep import gemv_cases, GROUP_SIZE, random_weight, timed
-from physinf_ros.engine.kernels import _grid_sync, _HALF2_DOT, _pdl, KernelConfig, KernelOps
-from physinf_ros.engine.llama import ModelConfig
-from physinf_ros.engine.models import resolve
+from physinf_ros.engine.kernels.config import KernelConfig
+from physinf_ros.engine.kernels.ops_triton import _grid_sync, _HALF2_DOT, _pdl, KernelOps
+from physinf_ros.engine.model.config import ModelConfig
+from physinf_ros.engine.weights.resolve import resolve
 from physinf_ros.measurement.targets import measure_copy_bandwidth
 import torch
 import triton

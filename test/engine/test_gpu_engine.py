@@ -14,8 +14,8 @@ import time
 
 from physinf_ros.engine import load, Sampling
 from physinf_ros.engine.base import LAUNCHED_AHEAD
-from physinf_ros.engine.kernels import KernelConfig
-from physinf_ros.engine.models import resolve
+from physinf_ros.engine.kernels.config import KernelConfig
+from physinf_ros.engine.weights.resolve import resolve
 import pytest
 from tiny_models import ARCHS, dequantised_copy, save_tiny, save_tiny_gptq
 import torch
