@@ -65,8 +65,9 @@ CANDIDATES = {
     'matvec_add': [GemvConfig(bn, bk, s, w) for bn, bk, s, w in
                    itertools.product((4, 8, 16, 32), (512, 1024), (1, 2, 4), (4, 8))],
     # 4-bit codes: block_k inputs (block_k / 8 rows of GPTQ words) by block_n outputs.
-    # Wide tiles and many splits too: the 4-bit QKV and o_proj move only ~1.1 TB/s with
-    # run 11's shapes (ncu, session 6), too few bytes in flight per SM.
+    # Wide tiles and many splits too: under Nsight Compute the 4-bit QKV and o_proj moved only
+    # ~1.1 TB/s with the first 4-bit shapes, too few bytes in flight per SM (docs/PERF.md, v8a;
+    # results/h200/profile_s6/).
     'rms_matvec_q4': [GemvConfig(bn, bk, 1, w) for bn, bk, w in
                       itertools.product((8, 16, 32), (256, 512, 1024, 2048), (4, 8))],
     'gate_up_q4': [GemvConfig(bn, bk, 1, w) for bn, bk, w in

@@ -12,7 +12,7 @@ the fallback), so the generation loop can queue step n+1 before it hands token n
 and the device never waits for the host's publishing. A step also times itself: its first
 kernel stamps the GPU's clock, and its last writes the nanoseconds since then beside the token.
 No timing event sits in or before the graph and no copy after it; each cost the synchronous step
-3-35 us (docs/PERF.md, sessions 21 and 23).
+3-35 us (docs/PERF.md, v23, v26 and v27).
 
 Context policy: graphs per sampling mode (greedy, sampled), captured for max_context. The
 attention kernel reads the filled length from the device position, so the graph reads only
@@ -48,10 +48,10 @@ class _DeviceStep:
         self._result: Optional[StepResult] = None
 
     def wait(self) -> StepResult:
-        # The row is read as the step's last kernel writes it over PCIe, before that kernel
-        # ends and the event after it completes: 2-11 us sooner than Event.synchronize() on a
-        # synchronous step (docs/PERF.md, session 30, run 9). Each field is one 8-byte write, so
-        # once neither holds _UNWRITTEN both hold the step's values.
+        # The row is read as the step's last kernel writes it over PCIe, before that kernel ends
+        # and the event after it completes: 2-11 us sooner than Event.synchronize() on a
+        # synchronous step (docs/PERF.md at v35, commit 1c4c6a0). Each field is one 8-byte write,
+        # so once neither holds _UNWRITTEN both hold the step's values.
         if self._result is None:
             row, reads = self._row, 0
             while row[0] == _UNWRITTEN or row[1] == _UNWRITTEN:

@@ -94,10 +94,10 @@ def split(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Te
           accs: torch.Tensor, num_heads: int, group_p: int, splits: int,
           min_chunk: int, stages: int) -> None:
     """
-    Launch the split kernel: the contract of kernels._attn_split_kernel.
+    Launch the split kernel: the contract of ops_triton._attn_split_kernel.
 
     Rotates q and this token's k at pos, stores k and v at pos, and writes each split's partial
-    (maxs, sums, accs in rows of group_p a split) for kernels._attn_reduce_kernel; stages (one
+    (maxs, sums, accs in rows of group_p a split) for ops_triton._attn_reduce_kernel; stages (one
     of STAGES) key tiles are in flight per warp.
     """
     lib = LIBRARIES.get(qkv.device)

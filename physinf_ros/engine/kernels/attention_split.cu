@@ -1,19 +1,19 @@
-// The attention split kernel in CUDA: kernels.rope_attention's first kernel where the decoder's
+// The attention split kernel in CUDA: ops_triton.rope_attention's first kernel where the decoder's
 // KernelConfig sets attention cuda for the model's shape (config/kernels.yaml) and this library
 // builds (attention_cuda.py); the Triton _attn_split_kernel otherwise. Same contract: each block
 // (kv head, split) rotates its group's queries with RoPE at pos, the block holding pos rotates
 // this token's key and stores it and the value in the cache, and the block writes its split's
-// partial softmax (max, sum, accumulator) for kernels._attn_reduce_kernel to merge.
-// How (docs/PERF.md, session 26, v30e): the keys stream through a ring of shared-memory slices
-// per warp (cp.async, the first STAGES tiles issued before the PDL wait), multiplied on the
+// partial softmax (max, sum, accumulator) for ops_triton._attn_reduce_kernel to merge. How
+// (docs/PERF.md, v30e, in the package since v31): the keys stream through a ring of shared-memory
+// slices per warp (cp.async, the first STAGES tiles issued before the PDL wait), multiplied on the
 // tensor cores with mma.sync (the group's query heads as rows 0..7 of 16); each warp runs its own
 // online softmax, and the warps merge at the end through their rings. The grid is (kv head,
 // split), the kv head fastest as the Triton kernel's: at short contexts the blocks holding keys
-// are the first launched, one an SM. A block past the keys writes its partial of no weight
-// before the wait and exits, freeing its place at once: safe, since the partial buffers are this
-// launch's and every kernel before the previous one has ended when this grid starts (the
-// previous one's programs all passed their waits), and split 0 always holds keys and waits, so
-// the grid ends only after the wait and the chain of waits holds.
+// are the first launched, one an SM. A block past the keys writes its partial of no weight before
+// the wait and exits, freeing its place at once: safe, since the partial buffers are this launch's
+// and every kernel before the previous one has ended when this grid starts (the previous one's
+// programs all passed their waits), and split 0 always holds keys and waits, so the grid ends only
+// after the wait and the chain of waits holds.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -89,7 +89,7 @@ template <> __device__ __forceinline__ void mma<__half>(float (&d)[4], const uin
 }
 
 __device__ __forceinline__ int chunk_of(int length, int splits, int min_chunk) {
-  // Keys per split, as kernels._chunk: spread over the splits, never under min_chunk.
+  // Keys per split, as ops_triton._chunk: spread over the splits, never under min_chunk.
   int chunk = max((length + splits - 1) / splits, min_chunk);
   return (chunk + TILE - 1) / TILE * TILE;
 }
@@ -113,7 +113,7 @@ struct Shared {
 };
 
 // RoPE (rotate-half pairs d, d + D/2) of element d, x, with its partner, both rounded to the
-// cache dtype first, as kernels._rotated.
+// cache dtype first, as ops_triton._rotated.
 template <int D, typename T>
 __device__ __forceinline__ float rope(float x, float partner, int d, const float* cos_half,
                                       const float* sin_half) {
@@ -369,7 +369,7 @@ static int launch(const float* qkv, void* k_cache, void* v_cache, const int* pos
 
 // STAGES key tiles in flight per warp (AttentionConfig.num_stages, 2 or 3). With 2, a warp of a
 // long split (9 tiles at 16385 keys) waits a round trip a tile; with 3 the 4-bit 8B's step at
-// 16384 is 4% shorter and the 8-kv-head shapes' at 2048 1-1.7% (docs/PERF.md, session 31). Shared
+// 16384 is 4% shorter and the 8-kv-head shapes' at 2048 1-1.7% (docs/PERF.md, v36). Shared
 // memory at head size 128: 75 KB a block with 2 (three blocks an SM), 110 KB with 3 (two).
 template <int D, typename T>
 static int launch_stages(int stages, const float* qkv, void* k_cache, void* v_cache,
@@ -403,9 +403,10 @@ static int launch_dtype(int bf16, int stages, const float* qkv, void* k_cache, v
                                   splits, min_chunk, pdl, stream);
 }
 
-// The split kernel of kernels.rope_attention for a 16-bit cache (bf16 = 0: float16), head size
-// 64 or 128, up to MAX_GROUP query heads a kv head, 2 or 3 key tiles in flight a warp (stages); the
-// partials go where kernels._attn_reduce_kernel reads them. Returns a cudaError_t (0: launched).
+// The split kernel of ops_triton.rope_attention for a 16-bit cache (bf16 = 0: float16), head
+// size 64 or 128, up to MAX_GROUP query heads a kv head, 2 or 3 key tiles in flight a warp
+// (stages); the partials go where ops_triton._attn_reduce_kernel reads them. Returns a
+// cudaError_t (0: launched).
 extern "C" int physinf_attn_split(int head_dim, int bf16, const float* qkv, void* k_cache,
                                   void* v_cache, const int* pos, const float* cos,
                                   const float* sin, float* maxs, float* sums, float* accs,

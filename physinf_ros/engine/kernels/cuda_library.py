@@ -82,7 +82,7 @@ class Libraries:
 
     make(capability) returns the build (a Library). Kept per device index: every eager launch
     looks its library up, and asking torch for the capability was about half of that check's
-    12.6 us (PERF.md, sessions 11 and 12).
+    12.6 us (docs/PERF.md, commits 2531d40 and b889ad1).
     """
 
     def __init__(self, make: Callable[[Tuple[int, int]], Library]):

@@ -414,7 +414,7 @@ def _chunk(length, SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, BLOCK_T: tl.co
 def _rope_tables(COS, SIN, pos, D: tl.constexpr):
     # cos and sin of position pos for each of the D dimensions (pairs d, d + D/2 share one), in
     # one load of a [D, 2] tile: as two loads, the second was issued only after the first came
-    # back, behind its layout change through shared memory (docs/PERF.md, session 17).
+    # back, behind its layout change through shared memory (docs/PERF.md, v21).
     half = tl.arange(0, D) % (D // 2)
     tables = tl.where(tl.arange(0, 2)[None, :] == 0, COS, SIN)
     return tl.split(tl.load(tables + (pos * (D // 2) + half)[:, None]))
@@ -551,7 +551,7 @@ def _now(after):
 def _reply(HOST_OUT, ROWS, pos, token, CLOCK, CLOCKED: tl.constexpr):
     # The step's token and device time (from the stamp its first kernel left in CLOCK), stored
     # straight into the pinned host row the host reads for this position: a copy after the
-    # step cost the synchronous step 14-35 us more (docs/PERF.md, session 23).
+    # step cost the synchronous step 14-35 us more (docs/PERF.md, v27).
     row = HOST_OUT + (pos % ROWS) * 2
     tl.store(row, token)
     if CLOCKED:

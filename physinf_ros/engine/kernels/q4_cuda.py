@@ -122,7 +122,7 @@ def gemv(w: PackedLinear, x: torch.Tensor, y: torch.Tensor, norm_w: Optional[tor
     Write y = w @ x (+ bias), or add w @ x into y (accumulate), in q4_gemv.cu.
 
     norm_w makes the input rms_norm(x) * norm_w; gate_up takes w's two halves as gate and up and
-    writes silu(gate) * up: the contract of the Triton kernel in kernels._q4_gemv.
+    writes silu(gate) * up: the contract of the Triton kernel in ops_triton._q4_gemv.
     """
     lib = library(x.device)
     n, k = w.shape

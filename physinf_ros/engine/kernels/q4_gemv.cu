@@ -1,6 +1,6 @@
 // 4-bit GPTQ GEMVs of the batch-1 decode step in CUDA (built and launched by q4_cuda.py).
 //
-// The Triton kernel (kernels._q4_gemv_kernel) spends most of its arithmetic on what is the same
+// The Triton kernel (ops_triton._q4_gemv_kernel) spends most of its arithmetic on what is the same
 // for many code words: each thread rebuilds the packed inputs of its rows, and every word loads
 // and applies its own group scale. Here a block stages its rows' inputs once, normed, rounded
 // and packed as half2 pairs, in shared memory; a thread then owns 4 columns and walks units of
@@ -92,7 +92,7 @@ __device__ __forceinline__ void load_row(float (&v)[8], uint4& g, const float* x
   if (norm != nullptr) g = *reinterpret_cast<const uint4*>(norm + r * 8);
 }
 
-// A row's inputs rounded as kernels._input rounds them (normed in float32, rounded to the
+// A row's inputs rounded as ops_triton._input rounds them (normed in float32, rounded to the
 // model dtype, times the norm weight, rounded again), stored as half2 pairs (j, j + 4).
 __device__ __forceinline__ void stage_row(float (&v)[8], const uint4& g, bool has_norm,
                                           float rstd, bool bf16, uint4* xs, float* row_sums,
@@ -221,7 +221,7 @@ q4_gemv_kernel(const uint32_t* __restrict__ qw, const __half* __restrict__ scale
   if (has_col && u + LANES_R < u_end) load_tile(b, qw, (u + LANES_R) * UNIT, col, n, n_all);
   wait_for_inputs();
 
-  // The inputs of this split's rows, as kernels._input rounds them, packed as half2 pairs.
+  // The inputs of this split's rows, as ops_triton._input rounds them, packed as half2 pairs.
   // Up to STAGED rows per thread are loaded once, with their norm weights, in one round trip;
   // the sum of squares for rstd comes from the same registers.
   float v[STAGED][8];

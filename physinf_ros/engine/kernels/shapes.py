@@ -35,12 +35,12 @@ class AttentionConfig:
     # the CUDA kernel's ring per warp (one of attention_cuda.STAGES).
     num_stages: int = 3
     # Registers a thread of the split kernel may hold (Triton's maxnreg), 0 for no cap. The
-    # directive changes ptxas's schedule even where the kernel needs fewer (docs/PERF.md,
-    # session 19).
+    # directive changes ptxas's schedule even where the kernel needs fewer (docs/PERF.md, v20b;
+    # per head size at commit 1248edb).
     max_registers: int = 0
     # The split kernel in CUDA (attention_split.cu, attention_cuda.py) where it builds and takes
     # the shape; the Triton split kernel otherwise (and num_warps, block_t and max_registers
-    # are the Triton kernel's alone). docs/PERF.md, session 26.
+    # are the Triton kernel's alone). docs/PERF.md, v31.
     cuda: bool = False
 
     def __post_init__(self):

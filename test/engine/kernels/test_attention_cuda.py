@@ -179,9 +179,9 @@ def test_a_ring_too_large_for_the_gpu_falls_back_to_the_triton_split(monkeypatch
 
 
 def test_kernels_yaml_puts_the_measured_attention_shapes_on_the_cuda_split():
-    # The H200's rows: the shapes measured in sessions 26 (8 kv heads) and 29 (Qwen2.5-1.5B and
-    # Qwen2.5-7B; docs/PERF.md), each with one 64-key tile a split up to 2048 keys; any other
-    # shape keeps the Triton split.
+    # The H200's rows: the shapes measured at v31 (8 kv heads) and in commits 7296e5f and
+    # 0ed1ff5 (Qwen2.5-1.5B and Qwen2.5-7B; docs/PERF.md), each with one 64-key tile a split up
+    # to 2048 keys; any other shape keeps the Triton split.
     entry = yaml.safe_load(Path(ops_triton.__file__).parents[3].joinpath(
         'config', 'kernels.yaml').read_text())['NVIDIA H200']
     config = KernelConfig().with_tuning(entry)
