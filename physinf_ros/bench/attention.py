@@ -23,7 +23,7 @@ import math
 from pathlib import Path
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Sequence, TYPE_CHECKING
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -33,13 +33,11 @@ from .results import machine_facts
 from ..engine.base import EngineError
 from ..engine.decoders import stacks
 from ..engine.device import device_label, dtype_name, pick_device
+from ..engine.kernels.config import KernelConfig
 from ..engine.model.config import ModelConfig
 from ..engine.model.llama import rope_tables
 from ..engine.weights.source import synthetic_config
 from ..measurement.stats import percentile
-
-if TYPE_CHECKING:   # kernels imports triton, which only CUDA runs need
-    from ..engine.kernels.config import KernelConfig
 
 SCHEMA_VERSION = 1
 MODEL = 'llama-3.1-8b'   # the shape's source: config/models.yaml, as synthetic:llama-3.1-8b
@@ -241,7 +239,7 @@ def _flashinfer(inputs: Inputs) -> Prepared:
         'call': "flashinfer.single_decode_with_kv_cache, kv_layout 'HND', defaults"})
 
 
-def physinf_kernel(inputs: Inputs, config: 'KernelConfig') -> Prepared:
+def physinf_kernel(inputs: Inputs, config: KernelConfig) -> Prepared:
     """
     Prepare our attention as the engine's decode step calls it: KernelOps.rope_attention.
 
@@ -271,7 +269,6 @@ def physinf_kernel(inputs: Inputs, config: 'KernelConfig') -> Prepared:
 
 
 def _physinf(inputs: Inputs) -> Prepared:
-    from ..engine.kernels.config import KernelConfig
     return physinf_kernel(inputs, KernelConfig.for_device(inputs.device))
 
 
