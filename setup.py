@@ -8,8 +8,9 @@ setup(
     name=package_name,
     version='0.1.0',
     packages=find_packages(exclude=['test']),
-    # The CUDA 4-bit kernels' source, built on the GPU machine at first use (engine/q4_cuda.py).
-    package_data={'physinf_ros.engine': ['*.cu']},
+    # The CUDA kernels' source, built on the GPU machine at first use (engine/kernels/q4_cuda.py,
+    # engine/kernels/attention_cuda.py).
+    package_data={'physinf_ros.engine.kernels': ['*.cu']},
     data_files=[
         ('share/ament_index/resource_index/packages', ['resource/' + package_name]),
         ('share/' + package_name, ['package.xml']),

@@ -22,9 +22,10 @@ import platform
 import statistics
 
 from physinf_ros.bench.protocol import Plan, run_session, vocab_size
-from physinf_ros.engine import backends, load, Sampling
-from physinf_ros.engine.kernels import KernelConfig
-from physinf_ros.engine.models import resolve
+from physinf_ros.engine import load, Sampling
+from physinf_ros.engine.decoders import backends
+from physinf_ros.engine.kernels.config import KernelConfig
+from physinf_ros.engine.weights.resolve import resolve
 from physinf_ros.measurement.roofline import decoder_floor
 from physinf_ros.measurement.targets import detect
 import torch

@@ -22,7 +22,7 @@ JSON and the next phase still runs. Phases:
   gemv       the step's 224 quantised GEMVs and its fp16 head through exllamav2's
              gemm_half_q_half, launched from Python and replayed from one CUDA graph
   bf16       (--bf16) our graphed bf16 step on synthetic:llama-3.1-8b at the same contexts
-  pytest     (--pytest) the GPU tests, test/engine/test_exllamav2.py
+  pytest     (--pytest) the GPU tests, test/engine/decoders/test_exllamav2.py
   plot       ms/step and R_floor against context, next to the JSON (needs matplotlib)
 A step is timed as the decoder times it: forward plus argmax, read back to the host. Contexts
 are reached by setting the cache length (the work of a step does not depend on the cached
@@ -45,11 +45,13 @@ import traceback
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))   # run from a checkout, installed or not
 
-from physinf_ros.engine import gptq, gptq_files, load, Sampling  # noqa: E402
-from physinf_ros.engine.agreement import decoder_agreement, TEXT, top1_agreement  # noqa: E402
-from physinf_ros.engine.exllama import KV_BYTES_PER_ELEMENT  # noqa: E402
-from physinf_ros.engine.llama import ModelConfig  # noqa: E402
-from physinf_ros.engine.models import read_config, synthetic_config  # noqa: E402
+from physinf_ros.engine import load, Sampling  # noqa: E402
+from physinf_ros.engine.decoders.agreement import (  # noqa: E402
+    decoder_agreement, TEXT, top1_agreement)
+from physinf_ros.engine.decoders.exllama import KV_BYTES_PER_ELEMENT  # noqa: E402
+from physinf_ros.engine.model.config import ModelConfig  # noqa: E402
+from physinf_ros.engine.weights import gptq, gptq_files  # noqa: E402
+from physinf_ros.engine.weights.source import read_config, synthetic_config  # noqa: E402
 from physinf_ros.measurement.roofline import (  # noqa: E402
     Dense, kv_bytes, t_floor_s, weight_bytes_per_step)
 from physinf_ros.measurement.targets import detect  # noqa: E402
@@ -118,7 +120,7 @@ def environment() -> dict:
 
 def build(run: Run) -> dict:
     threads = torch.get_num_threads()
-    from physinf_ros.engine.exllama import import_exllamav2
+    from physinf_ros.engine.decoders.exllama import import_exllamav2
     exllamav2 = import_exllamav2(torch.device('cuda'))
     from exllamav2 import attn
     return {'version': exllamav2.__version__, 'torch_threads_kept': torch.get_num_threads()
@@ -319,8 +321,9 @@ def bf16(run: Run, contexts) -> dict:
 def tests(run: Run, out: Path) -> dict:
     junit = out.with_suffix('.junit.xml')
     result = subprocess.run(
-        [sys.executable, '-m', 'pytest', '-q', '-s', '-rA', 'test/engine/test_exllamav2.py',
-         f'--junitxml={junit}'], cwd=REPO, capture_output=True, text=True, timeout=1800)
+        [sys.executable, '-m', 'pytest', '-q', '-s', '-rA',
+         'test/engine/decoders/test_exllamav2.py', f'--junitxml={junit}'],
+        cwd=REPO, capture_output=True, text=True, timeout=1800)
     tail = (result.stdout + result.stderr).splitlines()[-60:]
     if result.returncode != 0:
         raise RuntimeError('GPU tests failed:\n' + '\n'.join(tail))
@@ -356,7 +359,7 @@ def main(argv=None) -> int:
     parser.add_argument('--out', type=Path, required=True, help='JSON results file')
     parser.add_argument('--embedded', type=Path,
                         help="the embedded model's converted float directory "
-                             "(default: physinf_ros.engine.models.resolve('embedded'))")
+                             "(default: physinf_ros.engine.weights.resolve.resolve('embedded'))")
     parser.add_argument('--synthetic-dir', type=Path,
                         help='reuse (or write once into) this synthetic GPTQ directory')
     parser.add_argument('--contexts', type=int, nargs='+', default=[2048, 8192, 16384])
@@ -377,7 +380,7 @@ def main(argv=None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix='physinf-exl2-'))
     embedded = args.embedded
     if embedded is None:
-        from physinf_ros.engine.models import resolve
+        from physinf_ros.engine.weights.resolve import resolve
         embedded = resolve('embedded').path
     try:
         run.phase('build', build, run)

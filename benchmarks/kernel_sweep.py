@@ -16,12 +16,15 @@ import itertools
 import json
 import time
 
-from physinf_ros.engine import ops_torch, q4_cuda
-from physinf_ros.engine.gptq import PackedLinear
-from physinf_ros.engine.kernels import AttentionConfig, GemvConfig, KernelConfig, KernelOps
-from physinf_ros.engine.llama import ModelConfig, rope_tables
-from physinf_ros.engine.models import resolve
-from physinf_ros.engine.q4_cuda import Q4Shape
+from physinf_ros.engine.kernels import ops_torch, q4_cuda
+from physinf_ros.engine.kernels.config import KernelConfig
+from physinf_ros.engine.kernels.ops_triton import KernelOps
+from physinf_ros.engine.kernels.q4_cuda import Q4Shape
+from physinf_ros.engine.kernels.shapes import AttentionConfig, GemvConfig
+from physinf_ros.engine.model.config import ModelConfig
+from physinf_ros.engine.model.llama import rope_tables
+from physinf_ros.engine.weights.gptq import PackedLinear
+from physinf_ros.engine.weights.resolve import resolve
 from physinf_ros.measurement.targets import measure_copy_bandwidth
 import torch
 import triton
@@ -62,8 +65,9 @@ CANDIDATES = {
     'matvec_add': [GemvConfig(bn, bk, s, w) for bn, bk, s, w in
                    itertools.product((4, 8, 16, 32), (512, 1024), (1, 2, 4), (4, 8))],
     # 4-bit codes: block_k inputs (block_k / 8 rows of GPTQ words) by block_n outputs.
-    # Wide tiles and many splits too: the 4-bit QKV and o_proj move only ~1.1 TB/s with
-    # run 11's shapes (ncu, session 6), too few bytes in flight per SM.
+    # Wide tiles and many splits too: under Nsight Compute the 4-bit QKV and o_proj moved only
+    # ~1.1 TB/s with the first 4-bit shapes, too few bytes in flight per SM (docs/PERF.md, v8a;
+    # results/h200/profile_s6/).
     'rms_matvec_q4': [GemvConfig(bn, bk, 1, w) for bn, bk, w in
                       itertools.product((8, 16, 32), (256, 512, 1024, 2048), (4, 8))],
     'gate_up_q4': [GemvConfig(bn, bk, 1, w) for bn, bk, w in

@@ -20,8 +20,8 @@ import gzip
 import json
 import statistics
 
-from physinf_ros.engine.llama import ModelConfig
-from physinf_ros.engine.models import resolve
+from physinf_ros.engine.model.config import ModelConfig
+from physinf_ros.engine.weights.resolve import resolve
 from physinf_ros.measurement.targets import detect
 import torch
 

@@ -37,8 +37,10 @@ DOMAIN = str(100 + os.getpid() % 100)
 def write_checkpoint(shape: str, folder: Path) -> Path:
     """Random bf16 weights of shape, with the embedded model's tokenizer and chat template."""
     import torch
-    from physinf_ros.engine.llama import ModelConfig, synthetic_state_dict
-    from physinf_ros.engine.models import resolve, synthetic_config
+    from physinf_ros.engine.model.config import ModelConfig
+    from physinf_ros.engine.model.llama import synthetic_state_dict
+    from physinf_ros.engine.weights.resolve import resolve
+    from physinf_ros.engine.weights.source import synthetic_config
     from safetensors.torch import save_file
     if (folder / 'config.json').is_file():
         return folder

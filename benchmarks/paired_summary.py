@@ -2,13 +2,13 @@
 Summarise a paired run (`benchmarks/run_device.sh paired`): this tree against a base, per cell.
 
 The stage writes one protocol file per arm, round and model: `{new,base}{round}_{tag}.json`.
-Session slot s of round r is paired across the arms (the same place in the interleaving, so
-drift on the machine touches both alike). Per model and context this prints each arm's mean of
-its session medians, the difference, new / base with its bootstrap interval over the session
-pairs, and the interval that counts: over the rounds. The sessions of one arm in one round run in
-one process and share its level, and levels differ by up to 3% between processes of the same
-code (docs/PERF.md, session 21), so a round is one independent pair, not three: new / base of
-each round's mean session medians, with a Student-t interval over the rounds:
+Session slot s of round r is paired across the arms (the same place in the interleaving, so drift
+on the machine touches both alike). Per model and context this prints each arm's mean of its
+session medians, the difference, new / base with its bootstrap interval over the session pairs, and
+the interval that counts: over the rounds. The sessions of one arm in one round run in one process
+and share its level, and levels differ by up to 3% between processes of the same code
+(docs/PERF.md, measured with v23, commit dad47d5), so a round is one independent pair, not three:
+new / base of each round's mean session medians, with a Student-t interval over the rounds:
 
     python3 benchmarks/paired_summary.py benchmarks/results/h200/paired_s7
 """

@@ -12,23 +12,25 @@ these variants of one probe kernel, then as the engine's own kernel:
 - `load_pdl`: `load` launched as the engine launches its kernels, with programmatic dependent
   launch (the first tile loaded before the wait), so that each launch overlaps the previous
   kernel's drain;
-- `dot`: + the half2 dot of every word (kernels._HALF2_DOT) with fixed inputs;
+- `dot`: + the half2 dot of every word (ops_triton._HALF2_DOT) with fixed inputs;
 - `dot_scales`: + the group scales, loaded per tile and applied per word as the engine does;
 - `engine`: the engine's kernel (inputs loaded, normed and rounded per tile, SiLU, residual).
 
 So the time of each part of the arithmetic is measured apart from the rest. Then one layer's four
 code matrices are loaded, with one tile shape for all, by four kernels in a row (`layer_separate`)
 and by one kernel whose programs take the four matrices in turn (`layer_fused`): what fewer,
-longer-lived kernels would save on the loads alone (docs/PERF.md, session 8).
+longer-lived kernels would save on the loads alone (docs/PERF.md, "Where the 4-bit GEMV time
+goes", commit d8ca766).
 """
 
 import argparse
 import json
 
 from kernel_sweep import gemv_cases, GROUP_SIZE, random_weight, timed
-from physinf_ros.engine.kernels import _grid_sync, _HALF2_DOT, _pdl, KernelConfig, KernelOps
-from physinf_ros.engine.llama import ModelConfig
-from physinf_ros.engine.models import resolve
+from physinf_ros.engine.kernels.config import KernelConfig
+from physinf_ros.engine.kernels.ops_triton import _grid_sync, _HALF2_DOT, _pdl, KernelOps
+from physinf_ros.engine.model.config import ModelConfig
+from physinf_ros.engine.weights.resolve import resolve
 from physinf_ros.measurement.targets import measure_copy_bandwidth
 import torch
 import triton

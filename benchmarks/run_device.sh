@@ -3,7 +3,7 @@
 #   env        GPU, driver and package facts
 #   carry      stash carried files (split model parts) on the machine for the next call
 #   tests      the GPU-marked tests and the kernel tests, natively on the GPU; EXTRA_TESTS adds
-#              test files (EXTRA_TESTS="test/engine/test_q4.py test/engine/test_faults.py"),
+#              test files (EXTRA_TESTS="test/engine/kernels/test_q4.py test/engine/test_faults.py"),
 #              PYTEST_K selects by name
 #   sweep      kernel launch-shape sweep on the 8B shapes (benchmarks/kernel_sweep.py)
 #   compare    issue 3's comparison: hf, hf-graphed, eager, graphed at 2048/8192/16384
@@ -18,7 +18,7 @@
 #              NCU_MODEL at ctx 2048 whose names match the regex NCU_KERNELS; --kernel-flag
 #              NAME=VALUE from NCU_FLAGS; NCU_TREE=/tmp/paired_base profiles the paired stage's
 #              base instead of this tree
-#   stacktests the GPU tests of the stacks (test/engine/test_stacks_gpu.py) only
+#   stacktests the GPU tests of the stacks (test/engine/decoders/test_stacks_gpu.py) only
 #   bench      the paper's protocol (physinf-bench): the three synthetic architectures,
 #              eager vs graphed, contexts 2048-16384, 10 fresh sessions
 #   exl2       exllamav2: build, GPTQ models, checks, stock timings (benchmarks/exl2_device.py)
@@ -44,8 +44,9 @@
 #   protocol   physinf-bench on the synthetic Llama-3.1-8B: hf, hf-graphed, eager, graphed at ctx
 #              2048 and 16384, 5 fresh sessions (docs/BENCHMARK.md's protocol table)
 #   paired     the protocol (graphed) on this tree and on a base that differs only in its
-#              kernels.py, carried as .carry/kernels_base.py (git show REV:physinf_ros/engine/
-#              kernels.py), or in the files under .carry/base/ (paths as in the repository),
+#              ops_triton.py, carried as .carry/kernels_base.py (git show REV:physinf_ros/engine/
+#              kernels/ops_triton.py), or in the files under .carry/base/ (paths as in the
+#              repository),
 #              in PAIRED_ROUNDS interleaved rounds (each arm first in turn) on one machine:
 #              an A/B of code, not of flags, with the machine held fixed. PAIRED_MODELS,
 #              PAIRED_CONTEXTS;
@@ -117,7 +118,7 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton._
     carry) ls -la "$STASH";;
     tests)
       TAIL=40 run tests "${TESTS_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider -rs -s \
-        ${PYTEST_K:+-k "$PYTEST_K"} test/engine/test_kernels.py test/engine/test_gpu_engine.py \
+        ${PYTEST_K:+-k "$PYTEST_K"} test/engine/kernels/test_kernels.py test/engine/test_gpu_engine.py \
         ${EXTRA_TESTS:-};;
     sweep)
       run sweep 240 python3 benchmarks/kernel_sweep.py --out "$WORK/kernel_sweep.json";;
@@ -165,7 +166,7 @@ dram__bytes_write.sum,launch__grid_size,launch__registers_per_thread \
         python3 benchmarks/profile_step.py --ncu-step --model "$model" --ctx 2048 "${flags[@]}";;
     stacktests)
       TAIL=30 run stack_tests "${TESTS_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider -rs -s \
-        test/engine/test_stacks_gpu.py;;
+        test/engine/decoders/test_stacks_gpu.py;;
     bench)
       for arch in llama-3.1-8b mistral-7b-v0.3 qwen2.5-7b; do
         run bench_$arch 300 python3 -m physinf_ros.bench.cli --model synthetic:$arch \
@@ -173,13 +174,13 @@ dram__bytes_write.sum,launch__grid_size,launch__registers_per_thread \
           --out "$WORK/bench_$arch.json"
       done;;
     exl2)
-      embedded=$(python3 -c 'from physinf_ros.engine.models import resolve
+      embedded=$(python3 -c 'from physinf_ros.engine.weights.resolve import resolve
 print(resolve("embedded").path)' 2>>"$WORK/exl2_embedded.log")
       TAIL=40 run exl2 560 python3 benchmarks/exl2_device.py --out "$WORK/exl2.json" \
         --embedded "$embedded" --pytest;;
     exl2build)
       MAX_JOBS=8 TORCH_CUDA_ARCH_LIST=9.0 setsid nohup python3 -c 'import torch
-from physinf_ros.engine.exllama import import_exllamav2
+from physinf_ros.engine.decoders.exllama import import_exllamav2
 import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
         > "$STASH/exl2build.log" 2>&1 < /dev/null &
       echo "exllamav2 build started in the background";;
@@ -239,7 +240,7 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
       base=/tmp/paired_base
       rm -rf $base && mkdir -p $base "$WORK/paired" && cp -r physinf_ros config $base/ \
         && { [ -d .carry/base ] && cp -r .carry/base/. $base/ \
-             || cp .carry/kernels_base.py $base/physinf_ros/engine/kernels.py; }
+             || cp .carry/kernels_base.py $base/physinf_ros/engine/kernels/ops_triton.py; }
       for round in $(seq "${PAIRED_ROUNDS:-2}"); do
         arms="new base"; [ $((round % 2)) = 0 ] && arms="base new"   # each arm first in turn
         for arm in $arms; do
@@ -270,14 +271,14 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
       TAIL=20 run attention 150 python3 -m physinf_ros.bench.attention \
         --out "$WORK/attention.json";;
     stacks)
-      attention_modes=$(python3 -c 'from physinf_ros.engine.stacks import ATTENTIONS
+      attention_modes=$(python3 -c 'from physinf_ros.engine.decoders.stacks import ATTENTIONS
 print(",".join(b + s for b in ("hf", "hf-graphed")
                for s in [""] + [":" + a.name for a in ATTENTIONS[1:]]))')
       TAIL=24 run stacks_attention "${STACK_LIMIT:-300}" python3 -m physinf_ros.bench.cli \
         --model synthetic:llama-3.1-8b --modes "$attention_modes" --contexts 2048 \
         --sessions 3 --record-unavailable --out "$WORK/stacks_attention.json";;
     quant)
-      for stack in ${QUANT_STACKS:-$(python3 -c 'from physinf_ros.engine import stacks
+      for stack in ${QUANT_STACKS:-$(python3 -c 'from physinf_ros.engine.decoders import stacks
 print(" ".join(s.name for s in stacks.QUANTIZATIONS + stacks.UNSUPPORTED))')}; do
         TAIL=8 run stacks_$stack "${STACK_LIMIT:-170}" python3 -m physinf_ros.bench.cli \
           --model synthetic:llama-3.1-8b --modes "hf:$stack,hf-graphed:$stack" --contexts 2048 \

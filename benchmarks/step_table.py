@@ -2,11 +2,12 @@
 Issue 14's per-kernel table: a row per profiled step, the time of each layer op alone.
 
 Takes the profile stage's files (benchmarks/run_device.sh profile), named by their kernels file:
-kernels_TAG.json (kernel_table.py: each kernel alone under Nsight Compute, placed by layer op)
-and, beside it, profile_TAG.json (profile_step.py: the graphed step's wall time and launches).
-Each op cell is us per step over all layers, with TB/s alone in brackets, as docs/PERF.md's
-tables have it since session 6. With --target, a second table gives each op's time alone over
-its DRAM bytes at that datasheet bandwidth (config/targets.yaml, the protocol's B_peak).
+kernels_TAG.json (kernel_table.py: each kernel alone under Nsight Compute, placed by layer op) and,
+beside it, profile_TAG.json (profile_step.py: the graphed step's wall time and launches). Each op
+cell is us per step over all layers, with TB/s alone in brackets, as docs/PERF.md's per-kernel
+tables have it since the first one (commit baaff1f, results/h200/profile_s6/). With --target, a
+second table gives each op's time alone over its DRAM bytes at that datasheet bandwidth
+(config/targets.yaml, the protocol's B_peak).
 
     python3 benchmarks/step_table.py results/h200/profile_s6/before_kernels_*.json --target h200
 """
@@ -60,7 +61,7 @@ def read_step(kernels_path):
 
 
 def time_row(step):
-    """Return the session-6 row: wall, alone, launches, then each op's us (TB/s alone)."""
+    """Return the time row: wall, alone, launches, then each op's us (TB/s alone)."""
     cells = [f'{us:.0f} ({nbytes / us / 1e6:.2f})' if name != 'other' else f'{us:.0f}'
              for name, (us, nbytes) in step['cells'].items()]
     return (f"| {step['label']} | {step['wall_ms']:.3f} | {step['alone_ms']:.3f} | "

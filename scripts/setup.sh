@@ -51,4 +51,4 @@ if [ "$(cat "$iface_stamp" 2>/dev/null)" != "$iface_digest" ]; then
 fi
 
 # Convert the embedded model now (about 20 s once), so the first start does not.
-.venv/bin/python -c 'from physinf_ros.engine.models import resolve; resolve("embedded", print)'
+.venv/bin/python -c 'from physinf_ros.engine.weights.resolve import resolve; resolve("embedded", print)'

@@ -3,10 +3,10 @@ physinf-attention: decode attention of one layer, microseconds per call, for eac
 
 The seed paper compares attention implementations per layer at batch 1 (SDPA, FlashAttention-2
 and -3, FlashInfer on an H100 at ctx 2048). This times the same call in isolation, for the
-engine's attention stacks (engine/stacks.py), FlashInfer and our own split-K kernel: one query
-token against a full KV cache of ctx tokens in Llama-3.1-8B's GQA shape, bf16. Every backend's
-output is first checked against float32 attention on the same values; on CUDA, many calls are
-captured in one CUDA graph so that launch cost stays out of the figure.
+engine's attention stacks (engine/decoders/stacks.py), FlashInfer and our own split-K kernel: one
+query token against a full KV cache of ctx tokens in Llama-3.1-8B's GQA shape, bf16. Every
+backend's output is first checked against float32 attention on the same values; on CUDA, many
+calls are captured in one CUDA graph so that launch cost stays out of the figure.
 
     physinf-attention --contexts 2048,4096,8192,16384 --out attention.json
 """
@@ -23,22 +23,21 @@ import math
 from pathlib import Path
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Sequence, TYPE_CHECKING
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from .matrix import ATTENTION_SCHEMA
 from .results import machine_facts
-from ..engine import stacks
 from ..engine.base import EngineError
+from ..engine.decoders import stacks
 from ..engine.device import device_label, dtype_name, pick_device
-from ..engine.llama import ModelConfig, rope_tables
-from ..engine.models import synthetic_config
+from ..engine.kernels.config import KernelConfig
+from ..engine.model.config import ModelConfig
+from ..engine.model.llama import rope_tables
+from ..engine.weights.source import synthetic_config
 from ..measurement.stats import percentile
-
-if TYPE_CHECKING:   # kernels imports triton, which only CUDA runs need
-    from ..engine.kernels import KernelConfig
 
 SCHEMA_VERSION = 1
 MODEL = 'llama-3.1-8b'   # the shape's source: config/models.yaml, as synthetic:llama-3.1-8b
@@ -240,7 +239,7 @@ def _flashinfer(inputs: Inputs) -> Prepared:
         'call': "flashinfer.single_decode_with_kv_cache, kv_layout 'HND', defaults"})
 
 
-def physinf_kernel(inputs: Inputs, config: 'KernelConfig') -> Prepared:
+def physinf_kernel(inputs: Inputs, config: KernelConfig) -> Prepared:
     """
     Prepare our attention as the engine's decode step calls it: KernelOps.rope_attention.
 
@@ -249,8 +248,8 @@ def physinf_kernel(inputs: Inputs, config: 'KernelConfig') -> Prepared:
     GEMV's output, unrotated, so the float32 reference is ops_torch.rope_attention (the kernels'
     reference: same rotation, same cache write) on float32 copies of layer 0's cache.
     """
-    from ..engine import ops_torch
-    from ..engine.kernels import KernelOps
+    from ..engine.kernels import ops_torch
+    from ..engine.kernels.ops_triton import KernelOps
     model = inputs.config
     ops = KernelOps(config)
     pos = torch.tensor([inputs.ctx - 1], dtype=torch.int32, device=inputs.device)
@@ -270,7 +269,6 @@ def physinf_kernel(inputs: Inputs, config: 'KernelConfig') -> Prepared:
 
 
 def _physinf(inputs: Inputs) -> Prepared:
-    from ..engine.kernels import KernelConfig
     return physinf_kernel(inputs, KernelConfig.for_device(inputs.device))
 
 

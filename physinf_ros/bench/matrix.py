@@ -12,8 +12,8 @@ from typing import Dict, List, Optional, Sequence
 
 import yaml
 
-from ..engine.backends import split, stack_of
-from ..engine.stacks import Attention
+from ..engine.decoders.backends import split, stack_of
+from ..engine.decoders.stacks import Attention
 from ..measurement.stats import bootstrap_mean_ci
 from ..resources import config_path
 

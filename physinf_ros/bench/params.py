@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional
 
 from .protocol import DEFAULT_CONTEXTS, DEFAULT_MODES, parse_list, Plan
 from ..engine import BACKENDS, EMBEDDED, MODEL_SPEC_HELP
-from ..engine.stacks import STACK_HELP
+from ..engine.decoders.stacks import STACK_HELP
 from ..measurement.targets import load_targets
 from ..serving.params import check_value, Param, PARAMS_BY_NAME as DECODER
 

@@ -29,9 +29,10 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..engine import backends, check_backend, Decoder, Engine, EngineError, load, Sampling
+from ..engine import check_backend, Decoder, Engine, EngineError, load, Sampling
+from ..engine.decoders import backends
+from ..engine.decoders.stacks import missing
 from ..engine.device import pick_device
-from ..engine.stacks import missing
 from ..measurement.stats import bootstrap_ratio_ci, percentile
 
 GREEDY = Sampling()

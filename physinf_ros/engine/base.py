@@ -2,12 +2,11 @@
 
 from dataclasses import dataclass
 import time
-from typing import Callable, NamedTuple, Optional, Protocol, Sequence, TYPE_CHECKING
+from typing import Callable, NamedTuple, Optional, Protocol, Sequence
 
 import torch
 
-if TYPE_CHECKING:   # llama.py imports this module's neighbours; only the type is needed here
-    from .llama import ModelConfig
+from .model.config import ModelConfig
 
 
 class EngineError(RuntimeError):
@@ -109,10 +108,11 @@ class StepFacts:
     element_bytes is the width of the 16- or 32-bit tensors; group_size is set when the
     linears are 4-bit GPTQ codes, with zero_bytes per group and output for their zeros;
     quant_method names a quantised format whose bytes are not modelled (EXL2's mixed widths);
-    weight_format is a quantisation stack's storage of the linears (stacks.WeightFormat).
+    weight_format is a quantisation stack's storage of the linears (WeightFormat, in
+    decoders/stacks.py).
     """
 
-    config: 'ModelConfig'
+    config: ModelConfig
     element_bytes: float
     kv_bytes_per_element: float
     group_size: Optional[int] = None

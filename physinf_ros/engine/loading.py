@@ -9,20 +9,19 @@ the same weights (a benchmark session) and lets it all go on close().
 from dataclasses import dataclass, replace
 import gc
 import time
-from typing import Callable, List, Optional, Sequence, Tuple, TYPE_CHECKING
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 
-from .backends import (Build, check_name as check_backend, NATIVE, pick as pick_backend, record,
-                       stack_of, weights_key)
 from .base import Decoder, DecoderInfo, EngineError, Sampling
+from .decoders.backends import (Build, check_name as check_backend, NATIVE, pick as pick_backend,
+                                record, stack_of, weights_key)
 from .device import device_label, dtype_name, pick_device, pick_dtype
 from .generate import Generation
-from .models import EMBEDDED, ModelSource, resolve, stop_token_ids
+from .kernels.config import KernelConfig
 from .text import encode_prompt, encode_text, encode_truncated, load_tokenizer
-
-if TYPE_CHECKING:
-    from .kernels import KernelConfig
+from .weights.resolve import EMBEDDED, resolve
+from .weights.source import ModelSource, stop_token_ids
 
 
 @dataclass
@@ -34,7 +33,7 @@ class Engine:
     stop_ids: frozenset
     source: ModelSource
     load_s: float
-    kernel_config: Optional['KernelConfig'] = None   # our kernels' configuration, on CUDA
+    kernel_config: Optional[KernelConfig] = None   # our kernels' configuration, on CUDA
 
     @property
     def info(self) -> DecoderInfo:
@@ -111,7 +110,7 @@ class Engine:
 def load(model: str = EMBEDDED, backend: str = 'auto', device: str = 'auto',
          dtype: str = 'auto', max_context: int = 2048,
          log: Callable[[str], None] = lambda _: None,
-         kernel_config: Optional['KernelConfig'] = None) -> Engine:
+         kernel_config: Optional[KernelConfig] = None) -> Engine:
     """
     Resolve the model spec, load weights and tokenizer, and build the chosen backend.
 
@@ -133,7 +132,6 @@ def load(model: str = EMBEDDED, backend: str = 'auto', device: str = 'auto',
             notes.append(f'dtype {dtype} ignored: {name} computes in {dtype_name(fixed)}')
         torch_dtype = fixed
     if kernel_config is None and chosen.family is NATIVE and torch_device.type == 'cuda':
-        from .kernels import KernelConfig
         kernel_config = KernelConfig.for_device(torch_device, log)
     tokenizer = load_tokenizer(source, log)
     info = DecoderInfo(backend=name, device=device_label(torch_device),

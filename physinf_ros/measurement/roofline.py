@@ -12,14 +12,15 @@ Definitions (DESIGN.md):
 Bytes are counted tensor by tensor (`weight_tensors`) and priced by a byte accounting. `Dense`
 gives every element the same width (bf16: 2 bytes); `Gptq4` prices the `linear` matrices of a
 4-bit checkpoint as packed codes plus group scales and zeros, and the rest at 16 bits;
-`Stacked` prices them as a quantisation stack stores them (engine/stacks.py's WeightFormat).
+`Stacked` prices them as a quantisation stack stores them (WeightFormat, in
+engine/decoders/stacks.py).
 """
 
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Protocol
 
 from .targets import detect
-from ..engine.llama import is_norm, ModelConfig, tensor_inventory
+from ..engine.model.config import is_norm, ModelConfig, tensor_inventory
 
 GB = 1e9                      # bandwidths and sizes are decimal, as datasheets print them
 

@@ -6,8 +6,8 @@ import json
 
 from physinf_ros.bench import attention
 from physinf_ros.bench.matrix import ATTENTION_SCHEMA
-from physinf_ros.engine.kernels import KernelConfig
-from physinf_ros.engine.stacks import ATTENTIONS
+from physinf_ros.engine.decoders.stacks import ATTENTIONS
+from physinf_ros.engine.kernels.config import KernelConfig
 import pytest
 import torch
 

@@ -20,7 +20,8 @@ def test_a_committed_step_gives_the_row_docs_perf_printed_for_it():
 
 
 def test_each_op_over_its_bytes_at_the_datasheet_bandwidth():
-    # docs/PERF.md, session 33: the same step's ops alone over their floor at 4800 GB/s
+    # The same step's ops alone over their floor at 4800 GB/s, as docs/PERF.md's per-kernel
+    # table gives them (commit 933e379)
     step = step_table.read_step(PROFILE_S6 / 'before_kernels_llama-3.2-1b_2048.json')
     cells = step_table.floor_row(step, 4800).strip('| ').split(' | ')
     assert cells[1:4] == ['1.148', '0.530', '0.618']

@@ -4,10 +4,10 @@ import json
 
 from known_prompts import EOS_FIRST_PROMPT
 from physinf_ros.engine import EngineError, load, Sampling
-from physinf_ros.engine import native
 from physinf_ros.engine.base import DecoderInfo
+from physinf_ros.engine.decoders import native
 from physinf_ros.engine.generate import FINISH_EOS, Generation
-from physinf_ros.engine.models import resolve
+from physinf_ros.engine.weights.resolve import resolve
 import pytest
 from tiny_models import save_tiny
 import torch

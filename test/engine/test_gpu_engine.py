@@ -14,8 +14,8 @@ import time
 
 from physinf_ros.engine import load, Sampling
 from physinf_ros.engine.base import LAUNCHED_AHEAD
-from physinf_ros.engine.kernels import KernelConfig
-from physinf_ros.engine.models import resolve
+from physinf_ros.engine.kernels.config import KernelConfig
+from physinf_ros.engine.weights.resolve import resolve
 import pytest
 from tiny_models import ARCHS, dequantised_copy, save_tiny, save_tiny_gptq
 import torch
@@ -141,7 +141,7 @@ def test_the_cuda_attention_split_matches_transformers(tmp_path, head_dim):
     # tokens, which these checks validate: a wrong partial or a broken graph shows as an error
     # of order one at every step. (At head size 128 the worst step sits at hf bf16's bound on
     # both kernels: 0.2032 Triton, 0.2086 CUDA, against 1.5 x 0.1382 + 0.001; docs/PERF.md,
-    # session 26, run 10.)
+    # v31.)
     sizes = {'head_dim': head_dim}
     prompt = torch.randint(3, 512, (3000,), generator=torch.Generator().manual_seed(5)).tolist()
     folder = str(save_tiny('llama-3.1-8b', tmp_path, sizes=sizes))
@@ -212,8 +212,8 @@ def test_4bit_embedded_model_on_an_8k_token_prompt(tmp_path):
     # Exact float32 products: median and RMS over steps at hf bf16's or below. Their worst
     # step is printed, not bounded: it falls at the step where every variant's error peaks,
     # hf's included, and the order of the split-K float atomics moves it between runs of the
-    # same code, from 0.045 to 0.123 over the runs of sessions 10-15 against hf's 0.079
-    # (docs/PERF.md, "Long prompts in the GPU tests", sessions 10, 12 and 15).
+    # same code, from 0.045 to 0.123 over the GPU test runs from v12 to v19 against hf's 0.079
+    # (docs/PERF.md, "Long prompts in the GPU tests"; commit 1fcd6f8).
     exact = KernelConfig.for_device(torch.device('cuda')).with_flag('half2', '0')
     check_logits(reference, prompt, 32, 'embedded GPTQ, float32 sums, 8000-token prompt',
                  ours='embedded:gptq', max_context=8192, kernel_config=exact, tail=rms)

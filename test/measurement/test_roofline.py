@@ -2,8 +2,8 @@
 
 import time
 
-from physinf_ros.engine.llama import ModelConfig
-from physinf_ros.engine.models import synthetic_config
+from physinf_ros.engine.model.config import ModelConfig
+from physinf_ros.engine.weights.source import synthetic_config
 from physinf_ros.measurement.roofline import (cost_per_mtok, Dense, Floor, kv_bytes, LiveFloor,
                                               r_floor, t_floor_s, tokens_per_s, weight_bytes_all,
                                               weight_bytes_per_step)
@@ -178,10 +178,10 @@ def test_live_floor_of_the_embedded_decoder(embedded_engine):
 
 
 def test_gptq_accounting_matches_the_checkpoint_and_what_our_kernels_read(tmp_path):
-    from physinf_ros.engine import gptq
     from physinf_ros.engine.base import DecoderInfo
-    from physinf_ros.engine.llama import load_hf_dir
-    from physinf_ros.engine.native import NativeDecoder
+    from physinf_ros.engine.decoders.native import NativeDecoder
+    from physinf_ros.engine.model.llama import load_hf_dir
+    from physinf_ros.engine.weights import gptq
     from physinf_ros.measurement.roofline import decoder_floor, Gptq4
     from tiny_models import save_tiny_gptq
     config = ModelConfig.from_hf(synthetic_config('llama-3.1-8b'))

@@ -6,8 +6,8 @@ import numpy as np
 from physinf_ros.bench import results
 from physinf_ros.bench.protocol import Cell, compare, describe, Plan, Session
 from physinf_ros.engine.base import DecoderInfo
-from physinf_ros.engine.llama import ModelConfig
-from physinf_ros.engine.models import synthetic_config
+from physinf_ros.engine.model.config import ModelConfig
+from physinf_ros.engine.weights.source import synthetic_config
 from physinf_ros.measurement.roofline import Dense, Floor
 from physinf_ros.measurement.targets import load_targets
 

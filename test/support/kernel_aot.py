@@ -3,10 +3,11 @@ Compile the decode kernels for Hopper (sm_90) ahead of time, no GPU needed.
 
 Run as a script (without TRITON_INTERPRET): prints one JSON line per kernel variant with whether
 it compiled, the widths of its global loads in the SASS, and its atomics and memory-order
-instructions (fences, L1 invalidations). engine/test_kernel_compile.py runs it, so CI catches
-kernels that only fail when compiled for a GPU. Its compile_sm90, cubin_text and resource_usage
-also serve the static studies under benchmarks/results/h200/explore/ (static_sass.py,
-static_waits.py, stamp_regs.py), so each compiles its kernels the way this test does.
+instructions (fences, L1 invalidations). engine/kernels/test_kernel_compile.py runs it, so CI
+catches kernels that only fail when compiled for a GPU. Its compile_sm90, cubin_text and
+resource_usage also serve the static studies under benchmarks/results/h200/explore/
+(static_sass.py, static_waits.py, stamp_regs.py), so each compiles its kernels the way this test
+does.
 """
 
 import collections
@@ -16,7 +17,7 @@ import re
 import subprocess
 import tempfile
 
-from physinf_ros.engine import kernels
+from physinf_ros.engine.kernels import ops_triton
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -39,9 +40,9 @@ def variants():
             consts = {'HAS_NORM': norm, 'HAS_BIAS': norm, 'ACCUMULATE': acc,
                       'HAS_ARGMAX': argmax, 'BLOCK_N': 8, 'BLOCK_K': 1024, 'SPLIT_K': split,
                       'EVEN': even, 'STREAM': 'evict_first', 'AHEAD': ahead, 'PDL': True}
-            out.append((kernels._matvec_kernel, GEMV, consts))
-        out.append((kernels._gate_up_kernel, {k: GEMV[k] for k in ('W', 'X', 'Y', 'NORM', 'N',
-                                                                   'K', 'eps')},
+            out.append((ops_triton._matvec_kernel, GEMV, consts))
+        out.append((ops_triton._gate_up_kernel, {k: GEMV[k] for k in ('W', 'X', 'Y', 'NORM', 'N',
+                                                                      'K', 'eps')},
                     {'ROW_BLOCK': 8, 'BLOCK_N': 4, 'BLOCK_K': 512, 'EVEN': even,
                      'STREAM': 'evict_first', 'PDL': True}))
     q4 = {'QW': '*i32', 'S': '*fp16', 'Z': '*u8', 'X': F32, 'Y': F32, 'NORM': BF, 'BIAS': BF,
@@ -50,7 +51,7 @@ def variants():
         for norm, acc, gate_up, split in ((True, False, False, 1), (False, True, False, 4),
                                           (True, False, True, 1)):
             # Each of half2 and float32 sums runs with and without asymmetric zeros.
-            out.append((kernels._q4_gemv_kernel, q4,
+            out.append((ops_triton._q4_gemv_kernel, q4,
                         {'HAS_NORM': norm, 'HAS_BIAS': norm and not gate_up, 'ACCUMULATE': acc,
                          'GATE_UP': gate_up, 'HAS_ZEROS': gate_up or not even, 'GROUP': 128,
                          'BLOCK_N': 32, 'BLOCK_R': 32, 'SPLIT_K': split, 'EVEN': even,
@@ -58,23 +59,23 @@ def variants():
                          'STREAM': 'evict_first', 'PDL': True}))
     attention = {'D': 128, 'GROUP_P': 16, 'BLOCK_T': 64, 'SPLITS': 32, 'MIN_CHUNK': 128,
                  'PDL': True}
-    out.append((kernels._attn_split_kernel,
+    out.append((ops_triton._attn_split_kernel,
                 {'QKV': F32, 'KC': BF, 'VC': BF, 'POS': '*i32', 'MAXS': F32, 'SUMS': F32,
                  'ACCS': F32, 'COS': F32, 'SIN': F32, 'max_context': 'i32', 'scale': 'fp32',
                  'group': 'i32', 'num_heads': 'i32', 'kv_heads': 'i32'},
                 {**attention, 'DOT': tl.bfloat16, 'PRECISION': 'tf32'}))
-    out.append((kernels._attn_reduce_kernel,
+    out.append((ops_triton._attn_reduce_kernel,
                 {'MAXS': F32, 'SUMS': F32, 'ACCS': F32, 'OUT': F32, 'group': 'i32'},
                 {k: attention[k] for k in ('D', 'GROUP_P', 'SPLITS', 'PDL')}))
     # The step's first and last kernels, with the clock they time the step by.
     reply = {'CLOCK': '*i64', 'HOST_OUT': '*i64', 'ROWS': 'i32'}
-    out.append((kernels._greedy_finish_kernel, {'PACKED': '*i64', 'TOKEN': '*i64',
-                                                'POS': '*i32', **reply},
+    out.append((ops_triton._greedy_finish_kernel, {'PACKED': '*i64', 'TOKEN': '*i64',
+                                                   'POS': '*i32', **reply},
                 {'REPLY': True, 'CLOCKED': True, 'PDL': True}))
-    out.append((kernels._step_end_kernel, {'TOKEN': '*i64', 'POS': '*i32', **reply},
+    out.append((ops_triton._step_end_kernel, {'TOKEN': '*i64', 'POS': '*i32', **reply},
                 {'CLOCKED': True, 'PDL': True}))
-    out.append((kernels._embed_kernel, {'TABLE': BF, 'TOKEN': '*i64', 'X': F32, 'H': 'i32',
-                                        'ROW_STRIDE': 'i32', 'CLOCK': '*i64'},
+    out.append((ops_triton._embed_kernel, {'TABLE': BF, 'TOKEN': '*i64', 'X': F32, 'H': 'i32',
+                                           'ROW_STRIDE': 'i32', 'CLOCK': '*i64'},
                 {'BLOCK': 1024, 'CLOCKED': True, 'PDL': True}))
     return out
 

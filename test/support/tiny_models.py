@@ -1,6 +1,6 @@
 """Tiny random checkpoints of the paper's architectures, shaped like config/models.yaml."""
 
-from physinf_ros.engine.models import synthetic_config
+from physinf_ros.engine.weights.source import synthetic_config
 import torch
 
 ARCHS = ('llama-3.1-8b', 'mistral-7b-v0.3', 'qwen2.5-7b')
@@ -47,7 +47,7 @@ def save_tiny_gptq(arch, folder, tie=False, seed=0, sizes=None):
     the 4-bit kernels on the very same weights.
     """
     from pathlib import Path
-    from physinf_ros.engine.gptq_files import quantize_hf_dir
+    from physinf_ros.engine.weights.gptq_files import quantize_hf_dir
     folder = Path(folder)
     quantize_hf_dir(save_tiny(arch, folder / 'float', tie, seed, sizes), folder / 'gptq')
     return folder / 'gptq', dequantised_copy(folder / 'gptq', folder / 'dequantised')
@@ -58,8 +58,8 @@ def dequantised_copy(gptq_dir, out):
     import json
     from pathlib import Path
     import shutil
-    from physinf_ros.engine import gptq
-    from physinf_ros.engine.llama import read_state
+    from physinf_ros.engine.model.llama import read_state
+    from physinf_ros.engine.weights import gptq
     from safetensors.torch import save_file
     gptq_dir, out = Path(gptq_dir), Path(out)
     shutil.copytree(gptq_dir, out, ignore=shutil.ignore_patterns('*.safetensors*'))

@@ -1,0 +1,74 @@
+"""Prefill/step bookkeeping for backends built on a plain forward(ids, start) -> logits."""
+
+from typing import Optional, Sequence
+
+import torch
+
+from ..base import (check_prompt, check_room, DecoderInfo, DeferredStep, EngineError,
+                    PendingStep, Sampling)
+from ..sampling import choose, make_generator
+
+
+class ForwardDecoder:
+    """
+    Implements the Decoder protocol on top of two backend hooks.
+
+    Subclasses provide ``_reset_cache()`` and ``_forward(ids [1, n], start) -> logits [vocab]``.
+    """
+
+    def __init__(self, info: DecoderInfo, device: torch.device):
+        self.info = info
+        self.device = device
+        self.ids_device = device   # where _forward wants its token ids
+        self._position = 0
+        self._last_token: Optional[int] = None
+        self._logits: Optional[torch.Tensor] = None
+        self._sampling = Sampling()
+        self._generator: Optional[torch.Generator] = None
+
+    @property
+    def position(self) -> int:
+        return self._position
+
+    def _reset_cache(self) -> None:
+        raise NotImplementedError
+
+    def _forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _choose(self, logits: torch.Tensor) -> int:
+        self._logits = logits
+        self._last_token = int(choose(logits, self._sampling, self._generator))
+        return self._last_token
+
+    @torch.inference_mode()
+    def prefill(self, token_ids: Sequence[int], sampling: Sampling) -> int:
+        check_prompt(token_ids, self.info.max_context)
+        self._reset_cache()
+        self._sampling = sampling
+        self._generator = make_generator(sampling, self.device)
+        ids = torch.tensor([list(token_ids)], dtype=torch.long, device=self.ids_device)
+        logits = self._forward(ids, 0)
+        self._position = len(token_ids)
+        return self._choose(logits)
+
+    @torch.inference_mode()
+    def step(self, token: Optional[int] = None) -> int:
+        if self._last_token is None:
+            raise EngineError('step() before prefill()')
+        check_room(self._position, self.info.max_context)
+        fed = self._last_token if token is None else token
+        ids = torch.tensor([[fed]], dtype=torch.long, device=self.ids_device)
+        logits = self._forward(ids, self._position)
+        self._position += 1
+        return self._choose(logits)
+
+    def launch(self) -> PendingStep:
+        # These forwards read the chosen token back on the host inside every step, so nothing
+        # is gained by launching ahead: the plain loop, run when waited for.
+        return DeferredStep(self.step)
+
+    def last_logits(self) -> torch.Tensor:
+        if self._logits is None:
+            raise EngineError('no logits yet: call prefill() first')
+        return self._logits.float()

@@ -1,0 +1,257 @@
+"""
+Backends `eager` and `graphed`: our own forward (model/llama.py) with a static KV cache.
+
+`eager` launches the decode step op by op. `graphed` captures the whole step (every layer, the
+final norm, the lm_head and the next-token choice) once into a CUDA graph and replays it: the
+token and position live in device tensors that the graph itself advances, so a step costs one
+replay, whose last kernel writes the chosen token into pinned host memory.
+
+On CUDA (graphed or eager) a step is launched without waiting for it: its last kernel writes
+its token into a pinned host row, which the host reads as it lands (an event after the step is
+the fallback), so the generation loop can queue step n+1 before it hands token n to its caller
+and the device never waits for the host's publishing. A step also times itself: its first
+kernel stamps the GPU's clock, and its last writes the nanoseconds since then beside the token.
+No timing event sits in or before the graph and no copy after it; each cost the synchronous step
+3-35 us (docs/PERF.md, v23, v26 and v27).
+
+Context policy: graphs per sampling mode (greedy, sampled), captured for max_context. The
+attention kernel reads the filled length from the device position, so the graph reads only
+the filled part of the cache at every length: no buckets, no padding to the maximum.
+"""
+
+from dataclasses import replace
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy
+import torch
+
+from ..base import (check_prompt, check_room, ContextFull, DecoderInfo, DeferredStep,
+                    EngineError, LAUNCHED_AHEAD, PendingStep, Sampling, StepResult)
+from ..kernels import ops_torch
+from ..kernels.config import KernelConfig
+from ..model.llama import decode_layers, KVCache, prefill, prompt_logits, rope_tables, Weights
+from ..sampling import choose, make_generator, sample
+
+
+# A pinned reply row's fields (token, step time in ns) before the step writes them.
+_UNWRITTEN = -1
+# Reads of a reply row between looks at the step's event, which end a wait on a row that was
+# never written (a step that wrote no reply) instead of spinning on it forever.
+_READS_PER_QUERY = 1024
+
+
+class _DeviceStep:
+    """A step queued on the device: its token and time land in a pinned row, then its event."""
+
+    def __init__(self, row: numpy.ndarray, done: torch.cuda.Event):
+        self._row, self._done = row, done
+        self._result: Optional[StepResult] = None
+
+    def wait(self) -> StepResult:
+        # The row is read as the step's last kernel writes it over PCIe, before that kernel ends
+        # and the event after it completes: 2-11 us sooner than Event.synchronize() on a
+        # synchronous step (docs/PERF.md at v35, commit 1c4c6a0). Each field is one 8-byte write,
+        # so once neither holds _UNWRITTEN both hold the step's values.
+        if self._result is None:
+            row, reads = self._row, 0
+            while row[0] == _UNWRITTEN or row[1] == _UNWRITTEN:
+                reads += 1
+                if reads % _READS_PER_QUERY == 0 and self._done.query() and (
+                        row[0] == _UNWRITTEN or row[1] == _UNWRITTEN):
+                    raise EngineError('a decode step ended without writing its reply row')
+            self._result = StepResult(int(row[0]), int(row[1]) / 1e6)
+            row[:] = _UNWRITTEN   # ready for the step LAUNCHED_AHEAD positions on
+        return self._result
+
+    @property
+    def waited(self) -> bool:
+        return self._result is not None
+
+
+class NativeDecoder:
+    """The Decoder protocol on our forward; graphed=True replays a captured step."""
+
+    def __init__(self, weights: Weights, info: DecoderInfo, device: torch.device,
+                 graphed: bool, log: Callable[[str], None] = lambda _: None,
+                 kernel_config: Optional[KernelConfig] = None):
+        config = weights.config
+        self.info = info
+        self.device = device
+        self.weights = weights
+        self.step_facts = weights.step_facts   # what a step reads is what the weights hold
+        self.log = log
+        self.cache = KVCache.allocate(config, info.max_context, device, weights.dtype)
+        self.cos, self.sin = rope_tables(config, info.max_context, device)
+        if device.type == 'cuda':
+            # The kernels run as configured (kernels.yaml's entry for this GPU unless given).
+            from ..kernels.ops_triton import KernelOps   # imports triton: CUDA runs only
+            self.ops = KernelOps(kernel_config or KernelConfig.for_device(device, log))
+            if weights.step_facts().group_size:   # a 4-bit model: say which kernel streams it
+                log(self.ops.config.q4_kernel_note(device))
+            log(self.ops.config.attention_kernel_note(config.num_kv_heads, config.head_dim,
+                                                      device))
+        else:
+            self.ops = ops_torch
+        self.graphed = graphed and device.type == 'cuda'
+        # Step state on the device: the last chosen token and its position.
+        self.token = torch.zeros(1, dtype=torch.long, device=device)
+        self.pos = torch.zeros(1, dtype=torch.int32, device=device)
+        self.logits = torch.zeros(config.vocab_size, dtype=torch.float32, device=device)
+        self.temperature = torch.ones((), dtype=torch.float32, device=device)
+        self.top_p = torch.ones((), dtype=torch.float32, device=device)
+        self.race = torch.ones(config.vocab_size, dtype=torch.float32, device=device)
+        self._position = 0
+        self._started = False
+        self._sampling = Sampling()
+        self._generator: Optional[torch.Generator] = None
+        self._graphs: Dict[bool, torch.cuda.CUDAGraph] = {}
+        self._pool = None
+        # A step's reply, written by its last kernel: row position % LAUNCHED_AHEAD holds its
+        # token and device time (ns). A launched step's row and event stay intact until
+        # LAUNCHED_AHEAD more are launched, by which time the loop has read them. Pinned on
+        # CUDA, where the device writes it.
+        self._host_out = torch.full((LAUNCHED_AHEAD, 2), _UNWRITTEN, dtype=torch.long,
+                                    pin_memory=device.type == 'cuda')
+        if device.type == 'cuda':
+            self._rows = [row.numpy() for row in self._host_out]   # read without tensor ops
+            # the last step launched into each row
+            self._in_row: List[Optional[_DeviceStep]] = [None] * LAUNCHED_AHEAD
+            self._done = [torch.cuda.Event() for _ in range(LAUNCHED_AHEAD)]
+            self._warm_up()
+
+    @property
+    def position(self) -> int:
+        return self._position
+
+    @torch.inference_mode()
+    def _body(self, greedy: bool) -> None:
+        # The step as captured: everything on the device, nothing read back.
+        w = self.weights
+        x = decode_layers(w, self.cache, self.token, self.pos, self.cos, self.sin, self.ops)
+        eps = w.config.rms_norm_eps
+        if greedy:
+            self.ops.greedy_head(x, w.norm, w.lm_head, eps, self.logits, self.token, self.pos,
+                                 self._host_out)
+            return
+        self.ops.rms_matvec(x, w.norm, w.lm_head, None, eps, out=self.logits)
+        self.token.copy_(sample(self.logits, self.temperature, self.top_p, race=self.race))
+        self.ops.step_end(self.token, self.pos, self._host_out)
+        self.pos.add_(1)
+
+    def _warm_up(self) -> None:
+        # Compile the kernels (and capture the greedy graph) now rather than in the first reply.
+        if not self.graphed:
+            self._body(greedy=True)
+            return
+        try:
+            self._graph(greedy=True)
+        except torch.cuda.OutOfMemoryError as exc:
+            self._graphs.clear()
+            self._pool = None
+            torch.cuda.empty_cache()
+            self.graphed = False
+            note = f'CUDA graph capture ran out of memory ({exc}); decoding eager instead'
+            self.log('warning: ' + note)
+            self.info = replace(self.info, backend='eager', note=note)
+            self._body(greedy=True)
+
+    def _graph(self, greedy: bool) -> torch.cuda.CUDAGraph:
+        graph = self._graphs.get(greedy)
+        if graph is not None:
+            return graph
+        saved = self.token.clone(), self.pos.clone()
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # compile kernels and settle the allocator outside the capture
+                self._body(greedy)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            self._body(greedy)
+        self._pool = graph.pool()
+        self.token.copy_(saved[0])
+        self.pos.copy_(saved[1])
+        self._graphs[greedy] = graph
+        self.log(f'captured the {"greedy" if greedy else "sampling"} decode step in a CUDA graph')
+        return graph
+
+    @torch.inference_mode()
+    def prefill(self, token_ids: Sequence[int], sampling: Sampling) -> int:
+        check_prompt(token_ids, self.info.max_context)
+        self._sampling = sampling
+        self._generator = make_generator(sampling, self.device)
+        if not sampling.greedy:
+            self.temperature.fill_(sampling.temperature)
+            self.top_p.fill_(sampling.top_p)
+            if self.graphed:
+                self._graph(greedy=False)
+        ids = torch.tensor(list(token_ids), dtype=torch.long, device=self.device)
+        logits = prefill(self.weights, self.cache, ids, self.cos, self.sin)
+        self.logits.copy_(logits)
+        first = choose(logits, sampling, self._generator)
+        self.token.copy_(first.view(1))
+        self.pos.fill_(len(token_ids))
+        self._position = len(token_ids)
+        self._started = True
+        return int(first)
+
+    def step(self, token: Optional[int] = None) -> int:
+        self._need_prefill()
+        if token is not None:
+            self.token.fill_(token)   # teacher forcing: one small copy before the step
+        return self.launch().wait().token
+
+    def launch(self) -> PendingStep:
+        self._need_prefill()
+        if self.device.type != 'cuda':
+            return DeferredStep(self._run_step)   # a CPU computes as it launches
+        check_room(self._position, self.info.max_context)
+        index = self._position % LAUNCHED_AHEAD   # the row the step's kernels write
+        row, done, last = self._rows[index], self._done[index], self._in_row[index]
+        if (last is not None and not last.waited) or row[0] != _UNWRITTEN \
+                or row[1] != _UNWRITTEN:
+            # A step dropped in flight, or the warm-up's, may still write this row: let it
+            # finish (its event, not yet recorded again) before the row is cleared for this one.
+            done.synchronize()
+            row[:] = _UNWRITTEN
+        self._enqueue_step()
+        done.record()
+        step = self._in_row[index] = _DeviceStep(row, done)
+        return step
+
+    def _need_prefill(self) -> None:
+        if not self._started:
+            raise EngineError('step() before prefill()')
+
+    def _run_step(self) -> int:
+        check_room(self._position, self.info.max_context)
+        self._enqueue_step()
+        return int(self.token)
+
+    def _enqueue_step(self) -> None:
+        greedy = self._sampling.greedy
+        if not greedy:
+            # The request's noise, drawn outside the graph so its seed holds (one launch).
+            self.race.exponential_(generator=self._generator)
+        if self.graphed:
+            self._graph(greedy).replay()
+        else:
+            self._body(greedy)
+        self._position += 1
+
+    def last_logits(self) -> torch.Tensor:
+        if not self._started:
+            raise EngineError('no logits yet: call prefill() first')
+        return self.logits
+
+    @torch.inference_mode()
+    def prompt_logits(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """Teacher-forced float32 logits [n, vocab] of a token sequence; ends any reply."""
+        if len(token_ids) > self.info.max_context:
+            raise ContextFull(f'{len(token_ids)} tokens do not fit a context of '
+                              f'{self.info.max_context}')
+        self._started = False   # the cache now holds this sequence, not the reply
+        self._position = len(token_ids)
+        ids = torch.tensor(list(token_ids), dtype=torch.long, device=self.device)
+        return prompt_logits(self.weights, self.cache, ids, self.cos, self.sin)

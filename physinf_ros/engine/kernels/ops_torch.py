@@ -1,0 +1,102 @@
+"""
+The decode step's operations in plain PyTorch: the CPU path and the kernels' reference.
+
+Each function has a twin of the same signature in ops_triton.py (Triton, CUDA). Activations are
+float32 vectors; weights and the KV cache are in the model dtype (a 4-bit PackedLinear is
+dequantised on every call: a reference, not a fast path).
+"""
+
+from typing import Optional
+
+import torch
+
+from ..model.llama import rms_norm, silu_gate_up
+from ..weights.gptq import dense
+
+
+def embed(table: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
+    """Return table's row for token [1] (on the device) as float32 [H]: the step's residual."""
+    return table.index_select(0, token).float().view(-1)
+
+
+def rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor,
+               bias: Optional[torch.Tensor], eps: float,
+               out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Return w @ rms_norm(x) (+ bias) as float32 [N], into out when given."""
+    y = torch.nn.functional.linear(rms_norm(x, norm_w, eps), dense(w), bias).float()
+    return y if out is None else out.copy_(y)
+
+
+def greedy_head(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, eps: float,
+                logits: torch.Tensor, token: torch.Tensor, pos: torch.Tensor,
+                host_out: torch.Tensor) -> None:
+    """Write the logits, their argmax into token and host_out's row pos % rows; advance pos."""
+    rms_matvec(x, norm_w, w, None, eps, out=logits)
+    torch.argmax(logits, dim=0, keepdim=True, out=token)
+    step_end(token, pos, host_out)
+    pos.add_(1)
+
+
+def step_end(token: torch.Tensor, pos: torch.Tensor, host_out: torch.Tensor) -> None:
+    """
+    Write token into host_out's row pos % rows: a step's reply to the host.
+
+    The kernels also write the step's device time beside it; steps on these ops are timed on
+    the host (a CPU computes as it launches), so that column is left as it is.
+    """
+    host_out[int(pos) % host_out.shape[0], 0] = token[0]
+
+
+def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up: torch.Tensor,
+                     eps: float) -> torch.Tensor:
+    """Return silu(gate) * up for gate, up = w_gate_up @ rms_norm(x), float32 [I]."""
+    y = torch.nn.functional.linear(rms_norm(x, norm_w, eps), dense(w_gate_up))
+    return silu_gate_up(y, w_gate_up).float()
+
+
+def matvec_add(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor) -> None:
+    """Add w @ a into x in place (the residual connection)."""
+    x += torch.nn.functional.linear(a.to(w.dtype), dense(w)).float()
+
+
+def _rope_and_cache(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                    k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Rotate q and k for position pos, store k and v at pos; return q [Hq, D] (float32)."""
+    kv_heads, _, dim = k_cache.shape
+    q, k, v = qkv.split([num_heads * dim, kv_heads * dim, kv_heads * dim])
+    c, s = cos[pos.long()], sin[pos.long()]                       # [1, D/2]
+
+    def rotate(t):
+        t1, t2 = t.to(k_cache.dtype).float().chunk(2, dim=-1)
+        return torch.cat([t1 * c - t2 * s, t2 * c + t1 * s], dim=-1)
+
+    index = pos.long()
+    k_cache.index_copy_(1, index, rotate(k.view(kv_heads, dim)).to(k_cache.dtype)[:, None])
+    v_cache.index_copy_(1, index, v.view(kv_heads, 1, dim).to(v_cache.dtype))
+    return rotate(q.view(num_heads, dim))
+
+
+def _decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                      pos: torch.Tensor) -> torch.Tensor:
+    """Attend q [Hq, D] over cache positions 0..pos with GQA; return float32 [Hq * D]."""
+    kv_heads, _, dim = k_cache.shape
+    length = int(pos) + 1  # host read: fine on the CPU path, which is never graph-captured
+    group = q.shape[0] // kv_heads
+    k = k_cache[:, :length]                                        # [KVH, T, D]
+    v = v_cache[:, :length]
+    qg = q.view(kv_heads, group, dim).to(k.dtype)
+    scores = torch.matmul(qg, k.transpose(1, 2)).float() / dim ** 0.5   # [KVH, G, T]
+    probs = torch.softmax(scores, dim=-1).to(v.dtype)
+    return torch.matmul(probs, v).float().reshape(-1)
+
+
+def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                   k_cache: torch.Tensor, v_cache: torch.Tensor,
+                   num_heads: int) -> torch.Tensor:
+    """
+    Rotate q and k for position pos, store k and v at pos, attend over 0..pos with GQA.
+
+    qkv is the QKV GEMV's output [(Hq + 2 Hkv) D]; returns float32 [Hq * D].
+    """
+    q = _rope_and_cache(qkv, pos, cos, sin, k_cache, v_cache, num_heads)
+    return _decode_attention(q, k_cache, v_cache, pos)

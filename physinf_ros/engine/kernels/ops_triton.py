@@ -1,0 +1,805 @@
+"""
+Triton kernels for the batch-1 decode step: the CUDA twins of ops_torch.py.
+
+Batch-1 decode reads every weight once per token, so each kernel is a matrix-vector product
+that must stream its weights at full bandwidth, with the small work around it fused in so the
+step has few launches:
+  rms_matvec        RMSNorm prologue + GEMV (+ bias): QKV and the lm_head
+  rms_gate_up_silu  RMSNorm prologue + gate and up GEMVs + SiLU(gate) * up epilogue
+  matvec_add        split-K GEMV accumulated atomically into the float32 residual
+  rope_attention    split-K GQA attention over the filled cache (flash-decoding), + reduce;
+                    the split kernel also applies RoPE and stores this token's k and v at `pos`
+  greedy_head       final RMSNorm + lm_head GEMV with the argmax folded into its epilogue
+  embed             the token's embedding row as the float32 residual, the step's first kernel
+  step_end          a sampled step's reply to the host, as greedy_head's last kernel gives it
+A step answers the host itself: its last kernel writes the token and the nanoseconds since embed
+stamped %globaltimer into a pinned host row, so neither a copy nor a timing event follows it.
+GPTQ 4-bit linears (PackedLinear) take the same roles through _q4_gemv_kernel, which reads
+GPTQ's own layout, or on a GPU through the CUDA kernels of q4_gemv.cu (q4_cuda.py). `pos` is
+read on the device, so one captured graph serves every position.
+On Hopper every kernel is launched with programmatic dependent launch (PDL): it is scheduled
+while its predecessor drains, reads its first weight tile (attention: its first cached keys
+and values), and only then waits for the predecessor's results, which hides most of the gap
+between the ~200 kernels of a step. Weight loads carry the evict-first L2 hint: every weight
+is read once per step. With TRITON_INTERPRET=1 the same kernels run on the CPU, which is how
+CI checks them.
+"""
+
+from typing import Optional, Tuple
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+from . import attention_cuda, q4_cuda
+from .config import DEFAULT_CONFIG, INTERPRET, KernelConfig
+from .shapes import GemvConfig
+from ..model.llama import gate_up_block
+from ..weights.gptq import PackedLinear
+
+_PDL = {}   # device index -> launch with PDL (Hopper and later, never in the interpreter)
+
+
+def _pdl(device: torch.device) -> dict:
+    """Launch options and the PDL constexpr for kernels on device."""
+    index = device.index if device.index is not None else 0
+    if index not in _PDL:
+        _PDL[index] = (not INTERPRET and device.type == 'cuda'
+                       and torch.cuda.get_device_capability(index)[0] >= 9)
+    return {'PDL': True, 'launch_pdl': True} if _PDL[index] else {'PDL': False}
+
+
+def _even(n: int, k: int, cfg: GemvConfig) -> bool:
+    # Split boundaries are multiples of block_k, so these two make every tile whole.
+    return n % cfg.block_n == 0 and k % cfg.block_k == 0
+
+
+@triton.jit
+def _grid_sync(PDL: tl.constexpr):
+    # Under PDL this kernel may run before its predecessor has finished: wait for its results
+    # here, before reading anything it wrote, and let the next kernel start launching.
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+
+
+@triton.jit
+def _inv_rms(squares, K, eps):
+    return 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
+
+
+@triton.jit
+def _normed(X, NORM, cols, col_mask, squares, EVEN: tl.constexpr):
+    # One tile of the norm GEMVs' input, x * norm weight, and the squares of x added in: the
+    # kernel scales its sums by _inv_rms(squares) at the end.
+    x = _load(X + cols, col_mask, EVEN).to(tl.float32)
+    squares += x * x
+    return x * _load(NORM + cols, col_mask, EVEN).to(tl.float32), squares
+
+
+@triton.jit
+def _rstd(X, K, eps, BLOCK_K: tl.constexpr):
+    acc = tl.zeros([BLOCK_K], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        cols = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(X + cols, mask=cols < K, other=0.0).to(tl.float32)
+        acc += x * x
+    return _inv_rms(acc, K, eps)
+
+
+@triton.jit
+def _load(ptr, mask, EVEN: tl.constexpr):
+    # Unmasked loads when the tiles divide the matrix: masks that vary along a row can stop
+    # Triton from issuing 16-byte vector loads.
+    if EVEN:
+        return tl.load(ptr)
+    return tl.load(ptr, mask=mask, other=0.0)
+
+
+@triton.jit
+def _input(X, NORM, cols, col_mask, rstd, HAS_NORM: tl.constexpr, WDTYPE: tl.constexpr,
+           EVEN: tl.constexpr):
+    # The GEMV input, rounded as transformers rounds it: normed in float32, cast to the weight
+    # dtype, scaled by the norm weight in that dtype.
+    x = _load(X + cols, col_mask, EVEN).to(tl.float32)
+    if HAS_NORM:
+        g = _load(NORM + cols, col_mask, EVEN).to(tl.float32)
+        x = (x * rstd).to(WDTYPE).to(tl.float32) * g
+    return x.to(WDTYPE).to(tl.float32)
+
+
+@triton.jit
+def _tile(rows_ptr, row_mask, k0, k_end, BLOCK_K: tl.constexpr, EVEN: tl.constexpr,
+          STREAM: tl.constexpr):
+    # One [rows, BLOCK_K] weight tile at column k0; all zeros once k0 passes k_end. The "past
+    # the end" test is one scalar, so whole tiles still load as 16-byte vectors.
+    cols = tl.max_contiguous(tl.multiple_of(k0 + tl.arange(0, BLOCK_K), BLOCK_K), BLOCK_K)
+    inside = k0 < k_end
+    if EVEN:
+        return tl.load(rows_ptr + cols[None, :], mask=inside, other=0.0, eviction_policy=STREAM)
+    mask = row_mask[:, None] & (cols < k_end)[None, :] & inside
+    return tl.load(rows_ptr + cols[None, :], mask=mask, other=0.0, eviction_policy=STREAM)
+
+
+@triton.jit
+def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
+                   HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, ACCUMULATE: tl.constexpr,
+                   HAS_ARGMAX: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                   SPLIT_K: tl.constexpr, EVEN: tl.constexpr, STREAM: tl.constexpr,
+                   AHEAD: tl.constexpr, PDL: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_mask = rows < N
+    k_len = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
+    k_start = tl.program_id(1) * k_len
+    k_end = tl.minimum(k_start + k_len, K)
+    w_rows = W + rows.to(tl.int64)[:, None] * K
+    # Weights never depend on the previous kernel: the first AHEAD tiles are in flight before
+    # the wait.
+    w_next = _tile(w_rows, row_mask, k_start, k_end, BLOCK_K, EVEN, STREAM)
+    if AHEAD >= 2:
+        w_next2 = _tile(w_rows, row_mask, k_start + BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
+    if AHEAD >= 3:
+        w_next3 = _tile(w_rows, row_mask, k_start + 2 * BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
+    _grid_sync(PDL)
+    # RMSNorm's 1 / rms is one number: it scales the sums at the end, and its squares come from
+    # the loads the tiles need anyway, so no pass over the input precedes the first tile (the
+    # norm's rows of K are whole here: rms_matvec never splits K). The normed input is then not
+    # rounded to the weight dtype as transformers rounds it: nearer float32 (docs/PERF.md, v19).
+    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    squares = tl.zeros([BLOCK_K], dtype=tl.float32)
+    for k0 in range(k_start, k_end, BLOCK_K):
+        w = w_next   # keep AHEAD + 1 tiles in flight
+        if AHEAD == 1:
+            w_next = _tile(w_rows, row_mask, k0 + BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
+        elif AHEAD == 2:
+            w_next = w_next2
+            w_next2 = _tile(w_rows, row_mask, k0 + 2 * BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
+        else:
+            w_next = w_next2
+            w_next2 = w_next3
+            w_next3 = _tile(w_rows, row_mask, k0 + 3 * BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
+        cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
+        if HAS_NORM:
+            x, squares = _normed(X, NORM, cols, cols < k_end, squares, EVEN)
+        else:   # rounded as transformers rounds its input
+            x = _load(X + cols, cols < k_end, EVEN).to(W.dtype.element_ty).to(tl.float32)
+        acc += w.to(tl.float32) * x[None, :]
+    y = tl.sum(acc, axis=1)
+    if HAS_NORM:
+        y *= _inv_rms(squares, K, eps)
+    if ACCUMULATE:
+        # Relaxed: a reduction the program does not wait for. Triton's default (acq_rel) makes
+        # every program wait for L2 round trips before it exits, and nothing needs the order:
+        # the next kernel reads Y after its PDL wait, once this grid has ended (docs/PERF.md, v35).
+        tl.atomic_add(Y + rows, y, mask=row_mask, sem='relaxed')
+    else:
+        if HAS_BIAS:
+            y += tl.load(BIAS + rows, mask=row_mask, other=0.0).to(tl.float32)
+        tl.store(Y + rows, y, mask=row_mask)
+    if HAS_ARGMAX:
+        # Greedy choice in the epilogue: each program offers its best row to one 64-bit
+        # atomic max, the logit's bits (made to order like the float) above the row index
+        # (inverted, so ties go to the lowest index, as torch.argmax does).
+        y = tl.where(row_mask, y, float('-inf'))
+        best = tl.max(y, axis=0)
+        row = tl.min(tl.where(y == best, rows, N), axis=0)
+        bits = best.to(tl.int32, bitcast=True)
+        key = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+        tl.atomic_max(ARGMAX, (key.to(tl.int64) << 32) | (0xFFFFFFFF - row.to(tl.int64)),
+                      sem='relaxed')   # read by the next kernel after its wait, as Y above
+
+
+@triton.jit
+def _gate_up_kernel(W, X, Y, NORM, N, K, eps, ROW_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_K: tl.constexpr, EVEN: tl.constexpr, STREAM: tl.constexpr,
+                    PDL: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_mask = rows < N
+    # llama.fuse_gate_up's layout: ROW_BLOCK gate rows, then the same up rows.
+    gate_index = (rows // ROW_BLOCK) * 2 * ROW_BLOCK + rows % ROW_BLOCK
+    gate_rows = W + gate_index.to(tl.int64)[:, None] * K
+    up_rows = gate_rows + ROW_BLOCK * K
+    gate_next = _tile(gate_rows, row_mask, 0, K, BLOCK_K, EVEN, STREAM)
+    up_next = _tile(up_rows, row_mask, 0, K, BLOCK_K, EVEN, STREAM)
+    _grid_sync(PDL)
+    acc_gate = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    acc_up = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    squares = tl.zeros([BLOCK_K], dtype=tl.float32)   # 1 / rms at the end, as in _matvec_kernel
+    for k0 in range(0, K, BLOCK_K):
+        w_gate, w_up = gate_next, up_next
+        gate_next = _tile(gate_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
+        up_next = _tile(up_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
+        cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
+        x, squares = _normed(X, NORM, cols, cols < K, squares, EVEN)
+        acc_gate += w_gate.to(tl.float32) * x[None, :]
+        acc_up += w_up.to(tl.float32) * x[None, :]
+    inv_rms = _inv_rms(squares, K, eps)
+    gate = tl.sum(acc_gate, axis=1) * inv_rms
+    up = tl.sum(acc_up, axis=1) * inv_rms
+    tl.store(Y + rows, gate * tl.sigmoid(gate) * up, mask=row_mask)
+
+
+@triton.jit
+def _nibble_term(words, x, MAGIC, SHIFT: tl.constexpr):
+    # (code - 8) * x for the nibble at bit SHIFT of each word (see _q4_gemv_kernel).
+    bits = (words & (0xF << SHIFT)) | MAGIC
+    value = bits.to(tl.float32, bitcast=True) - (8388608.0 + (8 << SHIFT))
+    return value * (x * (1.0 / (1 << SHIFT)))
+
+
+# One word's sum_j (code_j - 8) * x_j in packed half2 arithmetic, as exllamav2 does it: each
+# LOP3 drops nibbles j and j + 4 of the word into the mantissas of two fp16 1024.0s, and one
+# half2 operation per pair makes them code - 8 exactly; one HFMA2 per pair with (x_j, x_j+4):
+# 2 codes per instruction where the float32 path does 1. Nibbles 0, 4 (bits 0-3, 16-19) give
+# 1024 + code, less 1032. Nibbles 1, 5 are masked in place (bits 4-7, 20-23), giving
+# 1024 + 16 code, and one HFMA2 by 1/16 minus 72 gives code - 8: one shift of the word by 8
+# serves nibbles 2, 6 and 3, 7 the same way, where a shift per pair cost 2 more instructions
+# per word (docs/PERF.md, v9a). The 8 products are summed in fp16 (about 3 significant decimal
+# digits), then in float32.
+_HALF2_DOT = tl.constexpr("""
+{
+.reg .b32 c0, c1, c2, c3, s, m, d, e, h;
+.reg .f16 lo, hi;
+.reg .f32 flo, fhi;
+mov.b32 m, 0x64086408;
+mov.b32 d, 0x2C002C00;
+mov.b32 e, 0xD480D480;
+lop3.b32 c0, $1, 0x000F000F, 0x64006400, 0xEA;
+lop3.b32 c1, $1, 0x00F000F0, 0x64006400, 0xEA;
+shr.u32 s, $1, 8;
+lop3.b32 c2, s, 0x000F000F, 0x64006400, 0xEA;
+lop3.b32 c3, s, 0x00F000F0, 0x64006400, 0xEA;
+sub.f16x2 c0, c0, m;
+fma.rn.f16x2 c1, c1, d, e;
+sub.f16x2 c2, c2, m;
+fma.rn.f16x2 c3, c3, d, e;
+mul.rn.f16x2 h, c0, $2;
+fma.rn.f16x2 h, c1, $3, h;
+fma.rn.f16x2 h, c2, $4, h;
+fma.rn.f16x2 h, c3, $5, h;
+mov.b32 {lo, hi}, h;
+cvt.f32.f16 flo, lo;
+cvt.f32.f16 fhi, hi;
+add.f32 flo, flo, fhi;
+mov.b32 $0, flo;
+}
+""")
+
+
+@triton.jit
+def _half2(a, b):
+    # (a, b) as the two fp16 halves of one 32-bit word, a in the low half.
+    low = a.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    high = b.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) << 16
+    return low | high
+
+
+@triton.jit
+def _q4_tile_sums(w, x_rows, X, NORM, rstd, K, HAS_NORM: tl.constexpr, WDTYPE: tl.constexpr,
+                  MAGIC, HALF2: tl.constexpr, EVEN: tl.constexpr):
+    # sum over the 8 nibbles j of (code - 8) * x[8 r + j] for each word (r, n) of a tile, and
+    # sum_j x[8 r + j] per row r (for asymmetric zeros). Float32 path: nibbles 5-7 come from
+    # the word shifted right by 20, so every masked value stays below 2^23 (see
+    # _q4_gemv_kernel). HALF2: _HALF2_DOT.
+    part = tl.zeros(w.shape, dtype=tl.float32)
+    x_sum = tl.zeros(x_rows.shape, dtype=tl.float32)
+    if HALF2:
+        base = x_rows * 8
+        x0 = _input(X, NORM, base, base < K, rstd, HAS_NORM, WDTYPE, EVEN)
+        x1 = _input(X, NORM, base + 1, base < K, rstd, HAS_NORM, WDTYPE, EVEN)
+        x2 = _input(X, NORM, base + 2, base < K, rstd, HAS_NORM, WDTYPE, EVEN)
+        x3 = _input(X, NORM, base + 3, base < K, rstd, HAS_NORM, WDTYPE, EVEN)
+        x4 = _input(X, NORM, base + 4, base < K, rstd, HAS_NORM, WDTYPE, EVEN)
+        x5 = _input(X, NORM, base + 5, base < K, rstd, HAS_NORM, WDTYPE, EVEN)
+        x6 = _input(X, NORM, base + 6, base < K, rstd, HAS_NORM, WDTYPE, EVEN)
+        x7 = _input(X, NORM, base + 7, base < K, rstd, HAS_NORM, WDTYPE, EVEN)
+        x_sum = ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7))
+        bits = tl.inline_asm_elementwise(
+            _HALF2_DOT, '=r,r,r,r,r,r',
+            [w, _half2(x0, x4)[:, None], _half2(x1, x5)[:, None], _half2(x2, x6)[:, None],
+             _half2(x3, x7)[:, None]], dtype=tl.int32, is_pure=True, pack=1)
+        part = bits.to(tl.float32, bitcast=True)
+    else:
+        high = w >> 20
+        for j in tl.static_range(8):
+            cols = x_rows * 8 + j
+            x = _input(X, NORM, cols, cols < K, rstd, HAS_NORM, WDTYPE, EVEN)
+            x_sum += x
+            if j < 5:
+                part += _nibble_term(w, x[:, None], MAGIC, 4 * j)
+            else:
+                part += _nibble_term(high, x[:, None], MAGIC, 4 * (j - 5))
+    return part, x_sum
+
+
+@triton.jit
+def _q4_group_scaled(part, x_sum, S, Z, rows, cols, mask, N_ALL, GROUP: tl.constexpr,
+                     HAS_ZEROS: tl.constexpr, EVEN: tl.constexpr):
+    # A tile's per-word sums times their group scales, corrected for a zero other than 8.
+    at = (rows // (GROUP // 8)).to(tl.int64)[:, None] * N_ALL + cols[None, :]
+    if HAS_ZEROS:
+        zero = _load(Z + at, mask, EVEN).to(tl.float32)
+        part += (8.0 - zero) * x_sum[:, None]
+    return part * _load(S + at, mask, EVEN).to(tl.float32)
+
+
+@triton.jit
+def _q4_tile(ptrs, r0, r_end, col_mask, BLOCK_R: tl.constexpr, EVEN: tl.constexpr,
+             STREAM: tl.constexpr):
+    # Code words of rows r0 .. r0 + BLOCK_R; all zeros once r0 passes r_end (one scalar test,
+    # so whole tiles still load as 16-byte vectors).
+    if EVEN:
+        return tl.load(ptrs, mask=r0 < r_end, other=0, eviction_policy=STREAM)
+    rows = r0 + tl.arange(0, BLOCK_R)
+    return tl.load(ptrs, mask=(rows < r_end)[:, None] & col_mask[None, :], other=0,
+                   eviction_policy=STREAM)
+
+
+@triton.jit
+def _q4_gemv_kernel(QW, S, Z, X, Y, NORM, BIAS, N, K, N_ALL, eps, MAGIC,
+                    HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, ACCUMULATE: tl.constexpr,
+                    GATE_UP: tl.constexpr, HAS_ZEROS: tl.constexpr, GROUP: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr, SPLIT_K: tl.constexpr,
+                    EVEN: tl.constexpr, WDTYPE: tl.constexpr, HALF2: tl.constexpr,
+                    STREAM: tl.constexpr, PDL: tl.constexpr):
+    # y = W x for a GPTQ linear, read in GPTQ's own layout: codes [K / 8, N_ALL] (8 inputs of
+    # one output per word), scales and zeros [K / GROUP, N_ALL]. A program owns BLOCK_N
+    # outputs (columns) and walks down the words BLOCK_R rows at a time; the inputs of a row
+    # are the same for every column, so a thread loads each x once for its 4 columns, and
+    # the sums stay per column until one reduction at the end. GATE_UP: the columns n of
+    # gate and n + N of up, with SiLU(gate) * up out.
+    # The GPU issues ~3 instructions per code (SASS of the gate/up loop: 777 per 256 codes a
+    # thread), so instruction issue, not memory alone, bounds this kernel.
+    # HALF2 (16-bit models): _HALF2_DOT, 2 codes per instruction. Float32 (exact): nibble j
+    # masked in place (code << 4 j) and OR-ed into the mantissa of 2^23 (one LOP3; MAGIC =
+    # 2^23's bits, an argument so that it sits in a register), one float subtraction of
+    # 2^23 + 8 << 4 j gives (code - 8) << 4 j exactly, one FMA with x / 16^j. Neither converts
+    # integers to floats, which runs at a quarter of the FMA rate.
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    word_rows = K // 8
+    r_len = tl.cdiv(tl.cdiv(word_rows, SPLIT_K), BLOCK_R) * BLOCK_R
+    r_start = tl.program_id(1) * r_len
+    r_end = tl.minimum(r_start + r_len, word_rows)
+    w_ptrs = QW + (r_start + tl.arange(0, BLOCK_R)).to(tl.int64)[:, None] * N_ALL + cols[None, :]
+    # Weights never depend on the previous kernel: the first tile is in flight before the wait.
+    w_next = _q4_tile(w_ptrs, r_start, r_end, col_mask, BLOCK_R, EVEN, STREAM)
+    u_next = w_next
+    if GATE_UP:
+        u_next = _q4_tile(w_ptrs + N, r_start, r_end, col_mask, BLOCK_R, EVEN, STREAM)
+    _grid_sync(PDL)
+    rstd = 1.0
+    if HAS_NORM:
+        rstd = _rstd(X, K, eps, 512)
+    acc = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32)
+    acc_up = acc
+    for r0 in range(r_start, r_end, BLOCK_R):
+        rows = r0 + tl.arange(0, BLOCK_R)
+        mask = (rows < r_end)[:, None] & col_mask[None, :]
+        w, u = w_next, u_next
+        w_ptrs += BLOCK_R * N_ALL   # the next tile in flight while this one is summed
+        w_next = _q4_tile(w_ptrs, r0 + BLOCK_R, r_end, col_mask, BLOCK_R, EVEN, STREAM)
+        part, x_sum = _q4_tile_sums(w, rows, X, NORM, rstd, K, HAS_NORM, WDTYPE, MAGIC, HALF2,
+                                    EVEN)
+        acc += _q4_group_scaled(part, x_sum, S, Z, rows, cols, mask, N_ALL, GROUP, HAS_ZEROS,
+                                EVEN)
+        if GATE_UP:
+            u_next = _q4_tile(w_ptrs + N, r0 + BLOCK_R, r_end, col_mask, BLOCK_R, EVEN, STREAM)
+            part, x_sum = _q4_tile_sums(u, rows, X, NORM, rstd, K, True, WDTYPE, MAGIC, HALF2,
+                                        EVEN)
+            acc_up += _q4_group_scaled(part, x_sum, S, Z, rows, cols + N, mask, N_ALL, GROUP,
+                                       HAS_ZEROS, EVEN)
+    y = tl.sum(acc, axis=0)
+    if GATE_UP:
+        up = tl.sum(acc_up, axis=0)
+        y = y * tl.sigmoid(y) * up
+    if ACCUMULATE:
+        tl.atomic_add(Y + cols, y, mask=col_mask, sem='relaxed')   # as _matvec_kernel's
+    else:
+        if HAS_BIAS:
+            y += tl.load(BIAS + cols, mask=col_mask, other=0.0).to(tl.float32)
+        tl.store(Y + cols, y, mask=col_mask)
+
+
+@triton.jit
+def _chunk(length, SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, BLOCK_T: tl.constexpr):
+    # Keys per split: spread over SPLITS programs, but never under MIN_CHUNK, so short contexts
+    # use few splits and long ones all of them.
+    chunk = tl.maximum(tl.cdiv(length, SPLITS), MIN_CHUNK)
+    return tl.cdiv(chunk, BLOCK_T) * BLOCK_T
+
+
+@triton.jit
+def _rope_tables(COS, SIN, pos, D: tl.constexpr):
+    # cos and sin of position pos for each of the D dimensions (pairs d, d + D/2 share one), in
+    # one load of a [D, 2] tile: as two loads, the second was issued only after the first came
+    # back, behind its layout change through shared memory (docs/PERF.md, v21).
+    half = tl.arange(0, D) % (D // 2)
+    tables = tl.where(tl.arange(0, 2)[None, :] == 0, COS, SIN)
+    return tl.split(tl.load(tables + (pos * (D // 2) + half)[:, None]))
+
+
+@triton.jit
+def _rows(X, rows, row_mask, D: tl.constexpr):
+    # The D-vectors at X + rows * D and their rotate-half partners (d + D/2 mod D).
+    d = tl.arange(0, D)
+    x = tl.load(X + rows[:, None] * D + d[None, :], mask=row_mask[:, None], other=0.0)
+    partner = tl.load(X + rows[:, None] * D + ((d + D // 2) % D)[None, :],
+                      mask=row_mask[:, None], other=0.0)
+    return x, partner
+
+
+@triton.jit
+def _rotated(x, partner, cos, sin, D: tl.constexpr, DTYPE: tl.constexpr):
+    # RoPE (rotate-half) of vectors [..., D] with their partners; inputs rounded to the cache
+    # dtype first, as transformers rounds q and k.
+    d = tl.arange(0, D)
+    x = x.to(DTYPE).to(tl.float32)
+    partner = partner.to(DTYPE).to(tl.float32)
+    return x * cos + tl.where(d < D // 2, -1.0, 1.0) * partner * sin
+
+
+@triton.jit
+def _attend(q, k, v, t_mask, m_i, l_i, acc, scale, DOT: tl.constexpr, PRECISION: tl.constexpr):
+    # One tile of keys and values into the running softmax (max m_i, sum l_i, acc).
+    s = tl.dot(q, tl.trans(k.to(DOT)), input_precision=PRECISION, out_dtype=tl.float32) * scale
+    s = tl.where(t_mask[None, :], s, float('-inf'))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    alpha = tl.exp(m_i - m_new)
+    p = tl.exp(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(DOT), v.to(DOT), input_precision=PRECISION,
+                                        out_dtype=tl.float32)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, max_context, scale,
+                       group, num_heads, kv_heads, D: tl.constexpr, GROUP_P: tl.constexpr,
+                       BLOCK_T: tl.constexpr, SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr,
+                       DOT: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
+    # Each program rotates its group's queries itself, and the split that holds the new
+    # position rotates its key and stores key and value in the cache before its loop reads:
+    # RoPE and the cache write cost no kernel of their own.
+    kv_head = tl.program_id(0)
+    split = tl.program_id(1)
+    d = tl.arange(0, D)
+    # pos was advanced by the previous step and the cache before it written by earlier ones:
+    # the first tile of keys and values is read before the wait, while QKV drains. Row pos
+    # of it is stale until this program stores the new key: it is replaced in registers.
+    length = tl.load(POS).to(tl.int32) + 1
+    chunk = _chunk(length, SPLITS, MIN_CHUNK, BLOCK_T)
+    start = split * chunk
+    end = tl.minimum(start + chunk, length)
+    base = kv_head.to(tl.int64) * max_context * D
+    t = start + tl.arange(0, BLOCK_T)
+    first_tile = base + t[:, None] * D + d[None, :]
+    k_first = tl.load(KC + first_tile, mask=(t < end)[:, None], other=0.0)
+    v_first = tl.load(VC + first_tile, mask=(t < end)[:, None], other=0.0)
+    # RoPE's cos and sin depend on pos alone: read before the wait too, so that after it the
+    # only reads before the first tile is attended are the rows of qkv, issued together.
+    cos, sin = _rope_tables(COS, SIN, length - 1, D)
+    _grid_sync(PDL)   # in every program, also those with no keys: the chain of waits must hold
+    g = tl.arange(0, GROUP_P)
+    g_mask = g < group
+    if start < length:
+        pos = length - 1
+        q, q_partner = _rows(QKV, kv_head * group + g, g_mask, D)
+        # Every split reads the new key and value with its queries (a few hundred bytes): one
+        # round trip for all, where the split that stores them used to wait for a second.
+        k_row = QKV + (num_heads + kv_head) * D
+        k_new = _rotated(tl.load(k_row + d), tl.load(k_row + (d + D // 2) % D), cos, sin, D,
+                         KC.dtype.element_ty).to(KC.dtype.element_ty)
+        v_new = tl.load(QKV + (num_heads + kv_heads + kv_head) * D + d).to(VC.dtype.element_ty)
+        q = _rotated(q, q_partner, cos[None, :], sin[None, :], D, KC.dtype.element_ty).to(DOT)
+        if end == length:
+            slot = (kv_head.to(tl.int64) * max_context + pos) * D
+            tl.store(KC + slot + d, k_new)
+            tl.store(VC + slot + d, v_new)
+            tl.debug_barrier()   # the stores are visible to the whole program's later loads
+        is_new = (t == pos)[:, None]
+        k_first = tl.where(is_new, k_new[None, :], k_first)
+        v_first = tl.where(is_new, v_new[None, :], v_first)
+        m_i, l_i, acc = _attend(q, k_first, v_first, t < end,
+                                tl.full([GROUP_P], float('-inf'), dtype=tl.float32),
+                                tl.zeros([GROUP_P], dtype=tl.float32),
+                                tl.zeros([GROUP_P, D], dtype=tl.float32), scale, DOT, PRECISION)
+        # The rest in a plain loop of loads, which Triton pipelines through shared memory
+        # (cp.async); tiles carried in registers instead lost at long contexts (PERF.md, v9b).
+        for t0 in range(start + BLOCK_T, end, BLOCK_T):
+            t = t0 + tl.arange(0, BLOCK_T)
+            t_mask = t < end
+            offsets = base + t[:, None] * D + d[None, :]
+            k = tl.load(KC + offsets, mask=t_mask[:, None], other=0.0)
+            v = tl.load(VC + offsets, mask=t_mask[:, None], other=0.0)
+            m_i, l_i, acc = _attend(q, k, v, t_mask, m_i, l_i, acc, scale, DOT, PRECISION)
+    else:
+        # A split past the keys stores a partial of no weight, so that the merge reads every
+        # split's without reading pos first (one L2 round trip less on its path).
+        m_i = tl.full([GROUP_P], float('-inf'), dtype=tl.float32)
+        l_i = tl.zeros([GROUP_P], dtype=tl.float32)
+        acc = tl.zeros([GROUP_P, D], dtype=tl.float32)
+    out = (kv_head * SPLITS + split) * GROUP_P + g
+    tl.store(MAXS + out, m_i, mask=g_mask)
+    tl.store(SUMS + out, l_i, mask=g_mask)
+    tl.store(ACCS + out[:, None] * D + d[None, :], acc, mask=g_mask[:, None])
+
+
+@triton.jit
+def _attn_reduce_kernel(MAXS, SUMS, ACCS, OUT, group, D: tl.constexpr, GROUP_P: tl.constexpr,
+                        SPLITS: tl.constexpr, PDL: tl.constexpr):
+    _grid_sync(PDL)
+    head = tl.program_id(0)
+    d = tl.arange(0, D)
+    index = ((head // group) * SPLITS + tl.arange(0, SPLITS)) * GROUP_P + head % group
+    m = tl.load(MAXS + index)
+    weight = tl.exp(m - tl.max(m, axis=0))
+    total = tl.sum(tl.load(SUMS + index) * weight, axis=0)
+    acc = tl.load(ACCS + index[:, None] * D + d[None, :])
+    tl.store(OUT + head * D + d, tl.sum(acc * weight[:, None], axis=0) / total)
+
+
+@triton.jit
+def _now(after):
+    # The GPU's nanosecond clock, one for all SMs; read once `after` is known, so not earlier.
+    return tl.inline_asm_elementwise('mov.u64 $0, %globaltimer;', '=l,r', [after],
+                                     dtype=tl.int64, is_pure=False, pack=1)
+
+
+@triton.jit
+def _reply(HOST_OUT, ROWS, pos, token, CLOCK, CLOCKED: tl.constexpr):
+    # The step's token and device time (from the stamp its first kernel left in CLOCK), stored
+    # straight into the pinned host row the host reads for this position: a copy after the
+    # step cost the synchronous step 14-35 us more (docs/PERF.md, v27).
+    row = HOST_OUT + (pos % ROWS) * 2
+    tl.store(row, token)
+    if CLOCKED:
+        tl.store(row + 1, _now(token.to(tl.int32)) - tl.load(CLOCK))
+
+
+@triton.jit
+def _greedy_finish_kernel(PACKED, TOKEN, POS, CLOCK, HOST_OUT, ROWS, REPLY: tl.constexpr,
+                          CLOCKED: tl.constexpr, PDL: tl.constexpr):
+    _grid_sync(PDL)
+    packed = tl.load(PACKED)
+    token = 0xFFFFFFFF - (packed & 0xFFFFFFFF)
+    pos = tl.load(POS)
+    tl.store(TOKEN, token)
+    tl.store(POS, pos + 1)
+    tl.store(PACKED, -2 ** 63)   # ready for the next step's head: no fill kernel before it
+    if REPLY:
+        _reply(HOST_OUT, ROWS, pos, token, CLOCK, CLOCKED)
+
+
+@triton.jit
+def _step_end_kernel(TOKEN, POS, CLOCK, HOST_OUT, ROWS, CLOCKED: tl.constexpr,
+                     PDL: tl.constexpr):
+    _grid_sync(PDL)
+    _reply(HOST_OUT, ROWS, tl.load(POS), tl.load(TOKEN), CLOCK, CLOCKED)
+
+
+@triton.jit
+def _embed_kernel(TABLE, TOKEN, X, H, ROW_STRIDE, CLOCK, BLOCK: tl.constexpr,
+                  CLOCKED: tl.constexpr, PDL: tl.constexpr):
+    _grid_sync(PDL)   # the token is the previous kernel's (or step's) result
+    if CLOCKED:   # the step starts here, once the one before it has ended
+        if tl.program_id(0) == 0:
+            tl.store(CLOCK, _now(tl.program_id(0)))
+    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    row = TABLE + tl.load(TOKEN) * ROW_STRIDE
+    tl.store(X + cols, tl.load(row + cols, mask=cols < H).to(tl.float32), mask=cols < H)
+
+
+def _matvec(w, x, y, norm_w, bias, eps, kind, config: KernelConfig, accumulate=False,
+            argmax=None):
+    if isinstance(w, PackedLinear):
+        _q4_gemv(w, x, y, norm_w, bias, eps, kind, config, accumulate)
+        return
+    n, k = w.shape
+    cfg = config.gemv(kind, n, k)
+    split_k = cfg.split_k if accumulate else 1
+    _matvec_kernel[(triton.cdiv(n, cfg.block_n), split_k)](
+        w, x, y, norm_w if norm_w is not None else x, bias if bias is not None else y,
+        argmax if argmax is not None else y, n, k, eps, HAS_NORM=norm_w is not None,
+        HAS_BIAS=bias is not None, ACCUMULATE=accumulate, HAS_ARGMAX=argmax is not None,
+        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=split_k, EVEN=_even(n, k, cfg),
+        STREAM=config.stream(), AHEAD=cfg.tiles_ahead, num_warps=cfg.num_warps,
+        **_pdl(x.device))
+
+
+_TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
+
+
+def _q4_gemv(w: PackedLinear, x, y, norm_w, bias, eps, kind, config: KernelConfig,
+             accumulate=False):
+    n, k = w.shape
+    gate_up = kind == 'gate_up'
+    if gate_up:
+        n //= 2
+    if config.q4_cuda_path(w, x, norm_w):
+        q4_cuda.gemv(w, x, y, norm_w, bias, eps, gate_up, accumulate,
+                     config.q4_cuda_shape(kind, n, k, w, accumulate, x.device))
+        return
+    cfg = config.gemv(kind + '_q4', n, k)
+    split_k = cfg.split_k if accumulate else 1
+    block_r = cfg.block_k // 8    # word rows per tile
+    even = n % cfg.block_n == 0 and (k // 8) % (block_r * split_k) == 0
+    _q4_gemv_kernel[(triton.cdiv(n, cfg.block_n), split_k)](
+        w.codes, w.scales, w.zeros if w.zeros is not None else w.scales, x, y,
+        norm_w if norm_w is not None else x, bias if bias is not None else y, n, k,
+        w.codes.shape[1], eps, 0x4B000000, HAS_NORM=norm_w is not None,
+        HAS_BIAS=bias is not None, ACCUMULATE=accumulate, GATE_UP=gate_up,
+        HAS_ZEROS=w.zeros is not None, GROUP=w.group_size, BLOCK_N=cfg.block_n,
+        BLOCK_R=block_r, SPLIT_K=split_k, EVEN=even, WDTYPE=_TL_DTYPES[w.dtype],
+        HALF2=config.half2_path(w.dtype, x.device), STREAM=config.stream(),
+        num_warps=cfg.num_warps, **_pdl(x.device))
+
+
+def rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w, bias: Optional[torch.Tensor],
+               eps: float, out: Optional[torch.Tensor] = None,
+               config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
+    """Return w @ rms_norm(x) (+ bias) as float32 [N], into out when given."""
+    y = torch.empty(w.shape[0], device=x.device, dtype=torch.float32) if out is None else out
+    _matvec(w, x, y, norm_w, bias, eps, 'rms_matvec', config)
+    return y
+
+
+def argmax_slot(device: torch.device) -> torch.Tensor:
+    """Return the 64-bit slot greedy_head's argmax folds into, ready for its first use."""
+    return torch.full((1,), -2 ** 63, device=device, dtype=torch.int64)
+
+
+def step_clock(device: torch.device) -> torch.Tensor:
+    """Return the slot where embed stamps a step's start (ns) for its last kernel to read."""
+    return torch.zeros(1, device=device, dtype=torch.int64)
+
+
+def _clocked(clock: Optional[torch.Tensor]) -> bool:
+    # The interpreter has no clock to read: its steps are not timed by their kernels.
+    return clock is not None and not INTERPRET
+
+
+def greedy_head(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, eps: float,
+                logits: torch.Tensor, token: torch.Tensor, pos: torch.Tensor,
+                packed: torch.Tensor, config: KernelConfig = DEFAULT_CONFIG,
+                clock: Optional[torch.Tensor] = None,
+                host_out: Optional[torch.Tensor] = None) -> None:
+    """
+    Write the logits, their argmax into token, advance pos: the greedy step's end.
+
+    packed is an argmax_slot that the caller keeps: the step leaves it ready for the next. With
+    host_out (int64 [rows, 2], pinned), the token also goes to row pos % rows, and with a clock
+    that embed stamped, the step's device time (ns) beside it.
+    """
+    _matvec(w, x, logits, norm_w, None, eps, 'rms_matvec', config, argmax=packed)
+    reply, clocked = host_out is not None, _clocked(clock)
+    _greedy_finish_kernel[(1,)](packed, token, pos, clock if clocked else packed,
+                                host_out if reply else packed,
+                                host_out.shape[0] if reply else 1, REPLY=reply,
+                                CLOCKED=reply and clocked, num_warps=1, **_pdl(x.device))
+
+
+def step_end(token: torch.Tensor, pos: torch.Tensor, host_out: torch.Tensor,
+             clock: Optional[torch.Tensor] = None) -> None:
+    """Write token, and the ns since embed stamped clock, into host_out's row pos % rows."""
+    clocked = _clocked(clock)
+    _step_end_kernel[(1,)](token, pos, clock if clocked else token, host_out,
+                           host_out.shape[0], CLOCKED=clocked, num_warps=1, **_pdl(token.device))
+
+
+def embed(table: torch.Tensor, token: torch.Tensor,
+          clock: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """
+    Return table's row for token [1] (on the device) as float32 [H]: the step's residual.
+
+    With a clock (step_clock), the kernel stamps the step's start into it.
+    """
+    h = table.shape[1]
+    if table.stride(1) != 1:
+        raise ValueError('the embedding kernel reads contiguous rows: pass table.contiguous()')
+    x = torch.empty(h, device=table.device, dtype=torch.float32)
+    block = 1024
+    clocked = _clocked(clock)
+    _embed_kernel[(triton.cdiv(h, block),)](table, token, x, h, table.stride(0),
+                                            clock if clocked else token, BLOCK=block,
+                                            CLOCKED=clocked, num_warps=4, **_pdl(table.device))
+    return x
+
+
+def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up, eps: float,
+                     config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
+    """Return silu(gate) * up for gate, up = w_gate_up @ rms_norm(x), float32 [I]."""
+    n2, k = w_gate_up.shape
+    n = n2 // 2
+    y = torch.empty(n, device=x.device, dtype=torch.float32)
+    if isinstance(w_gate_up, PackedLinear):
+        _q4_gemv(w_gate_up, x, y, norm_w, None, eps, 'gate_up', config)
+        return y
+    cfg = config.gemv('gate_up', n, k)
+    _gate_up_kernel[(triton.cdiv(n, cfg.block_n),)](
+        w_gate_up, x, y, norm_w, n, k, eps, ROW_BLOCK=gate_up_block(n), BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k, EVEN=_even(n, k, cfg), STREAM=config.stream(),
+        num_warps=cfg.num_warps, **_pdl(x.device))
+    return y
+
+
+def matvec_add(x: torch.Tensor, a: torch.Tensor, w,
+               config: KernelConfig = DEFAULT_CONFIG) -> None:
+    """Add w @ a into x in place (the residual connection)."""
+    _matvec(w, a, x, None, None, 0.0, 'matvec_add', config, accumulate=True)
+
+
+def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                   k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int,
+                   config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
+    """
+    Rotate q and k for position pos, store k and v at pos, attend over 0..pos with GQA.
+
+    qkv is the QKV GEMV's output [(Hq + 2 Hkv) D]; returns float32 [Hq * D].
+    """
+    kv_heads, max_context, dim = k_cache.shape
+    group = num_heads // kv_heads
+    group_p = max(16, triton.next_power_of_2(group))   # tl.dot needs 16 rows
+    shape = config.attention_for(kv_heads, dim)
+    splits, min_chunk, block_t = shape.splits, shape.min_chunk, shape.block_t
+    if INTERPRET:
+        splits, min_chunk, block_t = 4, 16, 16
+    device = qkv.device
+    maxs = torch.empty(kv_heads * splits * group_p, device=device, dtype=torch.float32)
+    sums = torch.empty_like(maxs)
+    accs = torch.empty(kv_heads * splits * group_p, dim, device=device, dtype=torch.float32)
+    # Matrix units in the cache dtype; a float32 cache gets full float32 products, not TF32.
+    dot = tl.float32 if INTERPRET else _TL_DTYPES[k_cache.dtype]
+    precision = 'ieee' if dot == tl.float32 else 'tf32'  # ignored for 16-bit operands
+    pdl = _pdl(device)
+    if config.attention_cuda_path(qkv, pos, cos, sin, k_cache, v_cache, num_heads):
+        attention_cuda.split(qkv, pos, cos, sin, k_cache, v_cache, maxs, sums, accs, num_heads,
+                             group_p, splits, min_chunk, shape.num_stages)
+    else:
+        _attn_split_kernel[(kv_heads, splits)](
+            qkv, k_cache, v_cache, pos, maxs, sums, accs, cos, sin, max_context, dim ** -0.5,
+            group, num_heads, kv_heads, D=dim, GROUP_P=group_p, BLOCK_T=block_t, SPLITS=splits,
+            MIN_CHUNK=min_chunk, DOT=dot, PRECISION=precision, num_warps=shape.num_warps,
+            num_stages=shape.num_stages,
+            **({'maxnreg': shape.max_registers} if shape.max_registers else {}), **pdl)
+    out = torch.empty(num_heads, dim, device=device, dtype=torch.float32)
+    _attn_reduce_kernel[(num_heads,)](maxs, sums, accs, out, group, D=dim, GROUP_P=group_p,
+                                      SPLITS=splits, num_warps=4, **pdl)
+    return out.view(-1)
+
+
+class KernelOps:
+    """The decode step's ops (the interface of ops_torch) on the kernels, bound to one config."""
+
+    def __init__(self, config: KernelConfig):
+        self.config = config
+        # device -> (greedy_head's argmax slot, the step's clock), kept for captured graphs
+        self._slots = {}
+
+    def _slots_on(self, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+        if device not in self._slots:
+            self._slots[device] = argmax_slot(device), step_clock(device)
+        return self._slots[device]
+
+    def embed(self, table, token):
+        return embed(table, token, self._slots_on(table.device)[1])
+
+    def rms_matvec(self, x, norm_w, w, bias, eps, out=None):
+        return rms_matvec(x, norm_w, w, bias, eps, out, self.config)
+
+    def greedy_head(self, x, norm_w, w, eps, logits, token, pos, host_out):
+        packed, clock = self._slots_on(x.device)
+        greedy_head(x, norm_w, w, eps, logits, token, pos, packed, self.config, clock, host_out)
+
+    def step_end(self, token, pos, host_out):
+        step_end(token, pos, host_out, self._slots_on(token.device)[1])
+
+    def rms_gate_up_silu(self, x, norm_w, w_gate_up, eps):
+        return rms_gate_up_silu(x, norm_w, w_gate_up, eps, self.config)
+
+    def matvec_add(self, x, a, w):
+        matvec_add(x, a, w, self.config)
+
+    def rope_attention(self, qkv, pos, cos, sin, k_cache, v_cache, num_heads):
+        return rope_attention(qkv, pos, cos, sin, k_cache, v_cache, num_heads, self.config)

@@ -1,0 +1,314 @@
+"""
+Our own Llama-family forward: Llama 2/3.x, Mistral and Qwen2/2.5.
+
+In the manner of gpt-fast's model.py: the weights as plain tensors (QKV and gate/up fused), a
+static KV cache, and small pure functions; the config and tensor names are in config.py.
+`prefill` runs a prompt with PyTorch ops; `decode_one_token` is one batch-1 step written against
+an `ops` module (kernels/ops_torch.py on the CPU, kernels/ops_triton.py on CUDA) so the same step
+can be launched op by op or captured whole in a CUDA graph. The residual stream is kept in
+float32 whatever the weight dtype.
+"""
+
+from dataclasses import dataclass
+import math
+from pathlib import Path
+from typing import Dict, List, Optional, Union
+
+import torch
+import torch.nn.functional as F
+
+from .config import is_norm, ModelConfig, tensor_inventory
+from ..base import StepFacts
+from ..weights import gptq
+from ..weights.gptq import dense, PackedLinear
+from ..weights.source import quant_method, read_config
+
+Linear = Union[torch.Tensor, PackedLinear]   # a float weight [N, K] or its 4-bit form
+
+
+@dataclass
+class Layer:
+    """One decoder layer's weights, fused as the step reads them (linears: float or 4-bit)."""
+
+    attn_norm: torch.Tensor     # [H]
+    wqkv: Linear                # [q + 2 kv, H]
+    bqkv: Optional[torch.Tensor]
+    wo: Linear                  # [H, q]
+    mlp_norm: torch.Tensor      # [H]
+    w_gate_up: Linear           # [2 I, H]: fuse_gate_up's layout
+    w_down: Linear              # [H, I]
+
+
+@dataclass
+class Weights:
+    """All weights of a model; lm_head is the embedding itself when tied."""
+
+    config: ModelConfig
+    embed: torch.Tensor         # [V, H]
+    layers: List[Layer]
+    norm: torch.Tensor          # [H]
+    lm_head: torch.Tensor       # [V, H]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed.dtype
+
+    def step_facts(self) -> StepFacts:
+        """Return what a step reads: 16/32-bit tensors, and the 4-bit linears' groups if packed."""
+        element = self.embed.element_size()   # the KV cache is held in the same dtype
+        packed = self.layers[0].wqkv
+        if not isinstance(packed, PackedLinear):
+            return StepFacts(self.config, element, element)
+        # Our kernels read uint8 zeros, or none when the checkpoint is symmetric.
+        return StepFacts(self.config, element, element, packed.group_size,
+                         0.0 if packed.zeros is None else 1.0)
+
+
+# A dense gate/up linear holds its rows in blocks: GATE_UP_BLOCK gate rows, then the same up rows.
+# A GEMV program then reads its rows of both as one contiguous span: -0.85 us a launch on the 8B
+# (docs/PERF.md, v28). 4-bit linears keep [gate; up], the layout their kernels read.
+GATE_UP_BLOCK = 8
+
+
+def gate_up_block(intermediate: int) -> int:
+    """Return the rows of gate (and of up) a block of a dense gate/up linear holds."""
+    return math.gcd(intermediate, GATE_UP_BLOCK)
+
+
+def fuse_gate_up(gate: Linear, up: Linear) -> Linear:
+    """Return gate [I, H] and up [I, H] as one linear [2 I, H], dense ones in blocks."""
+    if isinstance(gate, PackedLinear):
+        return PackedLinear.cat([gate, up])
+    i, h = gate.shape
+    b = gate_up_block(i)
+    return torch.stack([gate.view(i // b, b, h), up.view(i // b, b, h)], dim=1).view(2 * i, h)
+
+
+def silu_gate_up(y: torch.Tensor, w_gate_up: Linear) -> torch.Tensor:
+    """Return silu(gate) * up [..., I] in y's dtype, for y = x @ w_gate_up.T [..., 2 I]."""
+    if isinstance(w_gate_up, PackedLinear):
+        gate, up = y.chunk(2, dim=-1)
+        return F.silu(gate) * up
+    i = y.shape[-1] // 2
+    b = gate_up_block(i)
+    # The product of the blocks' views is contiguous: neither half is copied out first.
+    blocks = y.unflatten(-1, (i // b, 2, b))
+    return (F.silu(blocks[..., 0, :]) * blocks[..., 1, :]).flatten(-2)
+
+
+def from_state_dict(config: ModelConfig, state: Dict[str, torch.Tensor],
+                    device: torch.device, dtype: torch.dtype) -> Weights:
+    """
+    Fuse a Hugging Face-named state dict into Weights; consumes (empties) state.
+
+    GPTQ linears (``.qweight``, ``.qzeros``, ``.scales``) stay 4-bit, repacked as PackedLinear.
+    """
+    def take(name):
+        return state.pop(name).to(device=device, dtype=dtype)
+
+    def linear(name):
+        if name + '.qweight' not in state:
+            return take(name + '.weight')
+        return PackedLinear.from_gptq(
+            state.pop(name + '.qweight'), state.pop(name + '.qzeros'), state.pop(name + '.scales'),
+            state.pop(name + '.g_idx', None), dtype, device)
+
+    def fuse(parts):
+        return PackedLinear.cat(parts) if isinstance(parts[0], PackedLinear) else torch.cat(parts)
+
+    layers = []
+    for i in range(config.num_layers):
+        p = f'model.layers.{i}.'
+        wqkv = fuse([linear(p + 'self_attn.q_proj'), linear(p + 'self_attn.k_proj'),
+                     linear(p + 'self_attn.v_proj')])
+        bqkv = None
+        if config.qkv_bias:
+            bqkv = torch.cat([take(p + 'self_attn.q_proj.bias'), take(p + 'self_attn.k_proj.bias'),
+                              take(p + 'self_attn.v_proj.bias')])
+        gate_up = fuse_gate_up(linear(p + 'mlp.gate_proj'), linear(p + 'mlp.up_proj'))
+        layers.append(Layer(take(p + 'input_layernorm.weight'), wqkv, bqkv,
+                            linear(p + 'self_attn.o_proj'),
+                            take(p + 'post_attention_layernorm.weight'), gate_up,
+                            linear(p + 'mlp.down_proj')))
+    embed = take('model.embed_tokens.weight')
+    lm_head = embed if config.tie_word_embeddings else take('lm_head.weight')
+    return Weights(config, embed, layers, take('model.norm.weight'), lm_head)
+
+
+def read_state(path: Path) -> Dict[str, torch.Tensor]:
+    """Every tensor of a directory's *.safetensors files, by name, on the CPU."""
+    from safetensors import safe_open
+    files = sorted(Path(path).glob('*.safetensors'))
+    if not files:
+        raise FileNotFoundError(f'{path} holds no *.safetensors weights')
+    state = {}
+    for file in files:
+        with safe_open(str(file), framework='pt', device='cpu') as f:
+            for name in f.keys():
+                state[name] = f.get_tensor(name)
+    return state
+
+
+def load_hf_dir(path: Path, device: torch.device, dtype: torch.dtype,
+                packed: bool = True, hf: Optional[dict] = None) -> Weights:
+    """
+    Weights from a Hugging Face directory of safetensors files (hf: its parsed config.json).
+
+    A GPTQ checkpoint keeps its 4-bit linears (packed=True: the kernels read the codes), or is
+    dequantised to dtype once here (packed=False: the ordinary float forward on the same
+    values, which is the fast path on a CPU, where nothing streams 4-bit weights).
+    """
+    if hf is None:
+        hf = read_config(Path(path) / 'config.json')
+    method = quant_method(hf)
+    if method is not None and gptq.GptqSpec.from_hf(hf) is None:
+        raise ValueError(f'{method} checkpoints run only on backend exllamav2 (CUDA)')
+    config = ModelConfig.from_hf(hf)
+    state = read_state(path)
+    if method is not None and not packed:
+        gptq.dequantize_state(state)
+    if config.tie_word_embeddings:
+        state.pop('lm_head.weight', None)
+    return from_state_dict(config, state, device, dtype)
+
+
+def synthetic_state_dict(config: ModelConfig, device: torch.device, dtype: torch.dtype,
+                         seed: int = 0) -> Dict[str, torch.Tensor]:
+    """
+    Random weights of the config's shape, named as Hugging Face names them.
+
+    Normal(0, 0.02) like transformers' initialisation, norms at 1: activations stay finite and
+    the step reads exactly the bytes a real checkpoint of this shape would.
+    """
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    state = {}
+    for name, shape in tensor_inventory(config):
+        state[name] = torch.empty(shape, device=device, dtype=dtype)
+        if is_norm(name):
+            state[name].fill_(1.0)
+        else:
+            state[name].normal_(0.0, 0.02, generator=gen)
+    return state
+
+
+def rope_tables(config: ModelConfig, max_context: int, device: torch.device):
+    """Rotary tables cos, sin [max_context, head_dim / 2] in float32, llama3 scaling applied."""
+    dim = config.head_dim
+    inv_freq = 1.0 / (config.rope_theta ** (
+        torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float32) / dim))
+    if config.rope_scaling:
+        # Llama 3.1: stretch low frequencies by `factor`, keep high ones, blend in between.
+        s = dict(config.rope_scaling)
+        factor, low, high = s['factor'], s['low_freq_factor'], s['high_freq_factor']
+        old_len = s['original_max_position_embeddings']
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+        smooth = (old_len / wavelen - low) / (high - low)
+        blended = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
+        inv_freq = torch.where(medium, blended, scaled)
+    angles = torch.outer(torch.arange(max_context, dtype=torch.float32), inv_freq)
+    return angles.cos().to(device), angles.sin().to(device)
+
+
+@dataclass
+class KVCache:
+    """Static cache: keys and values [layers, kv_heads, max_context, head_dim]."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+
+    @classmethod
+    def allocate(cls, config: ModelConfig, max_context: int, device: torch.device,
+                 dtype: torch.dtype) -> 'KVCache':
+        shape = (config.num_layers, config.num_kv_heads, max_context, config.head_dim)
+        return cls(torch.zeros(shape, device=device, dtype=dtype),
+                   torch.zeros(shape, device=device, dtype=dtype))
+
+    @property
+    def max_context(self) -> int:
+        return self.k.shape[2]
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Normalise by the root mean square as transformers does: in float32, scale after."""
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(weight.dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # Rotate-half convention: pairs (i, i + head_dim / 2).
+    x1, x2 = x.float().chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+
+
+@torch.inference_mode()
+def prefill(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
+            sin: torch.Tensor) -> torch.Tensor:
+    """Run a prompt ids [n] from position 0, fill the cache, return float32 logits [vocab]."""
+    return prompt_logits(w, cache, ids, cos, sin, last_only=True)[0]
+
+
+@torch.inference_mode()
+def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
+                  sin: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+    """
+    Run ids [n] from position 0 and fill the cache; float32 logits [n, vocab] of every position.
+
+    Each row is the prediction for the next token (teacher forcing); last_only keeps one row.
+    """
+    c = w.config
+    n = ids.shape[0]
+    x = w.embed[ids].float()                                       # [n, H] residual
+    cos_n, sin_n = cos[:n][:, None], sin[:n][:, None]              # broadcast over heads
+    for i, layer in enumerate(w.layers):
+        qkv = F.linear(rms_norm(x, layer.attn_norm, c.rms_norm_eps), dense(layer.wqkv),
+                       layer.bqkv)
+        q, k, v = qkv.split([c.q_size, c.kv_size, c.kv_size], dim=-1)
+        q = _rotate(q.view(n, c.num_heads, c.head_dim), cos_n, sin_n)
+        k = _rotate(k.view(n, c.num_kv_heads, c.head_dim), cos_n, sin_n)
+        v = v.view(n, c.num_kv_heads, c.head_dim)
+        cache.k[i, :, :n] = k.transpose(0, 1)
+        cache.v[i, :, :n] = v.transpose(0, 1)
+        # Prefill runs once per prompt: expanding the kv heads keeps SDPA on its flash path at
+        # long prompts (decode never copies them: its kernel indexes the groups).
+        group = c.num_heads // c.num_kv_heads
+        attn = F.scaled_dot_product_attention(
+            q.transpose(0, 1)[None], cache.k[i, :, :n].repeat_interleave(group, 0)[None],
+            cache.v[i, :, :n].repeat_interleave(group, 0)[None], is_causal=True)[0]
+        x = x + F.linear(attn.transpose(0, 1).reshape(n, c.q_size), dense(layer.wo)).float()
+        h = silu_gate_up(F.linear(rms_norm(x, layer.mlp_norm, c.rms_norm_eps),
+                                  dense(layer.w_gate_up)), layer.w_gate_up)
+        x = x + F.linear(h, dense(layer.w_down)).float()
+    hidden = rms_norm(x[-1:] if last_only else x, w.norm, c.rms_norm_eps)
+    return F.linear(hidden, w.lm_head).float()
+
+
+def decode_layers(w: Weights, cache: KVCache, token: torch.Tensor, pos: torch.Tensor,
+                  cos: torch.Tensor, sin: torch.Tensor, ops) -> torch.Tensor:
+    """
+    Run every layer for token [1] (long) at position pos [1] (int32), both on the device.
+
+    Writes this token's keys and values into the cache and returns the float32 residual [H]
+    (before the final norm). Nothing here reads a device value on the host, so the step can be
+    captured in a graph.
+    """
+    c = w.config
+    x = ops.embed(w.embed, token)                                  # [H] residual
+    for i, layer in enumerate(w.layers):
+        qkv = ops.rms_matvec(x, layer.attn_norm, layer.wqkv, layer.bqkv, c.rms_norm_eps)
+        # RoPE on q and k, k and v stored at pos, attention over 0..pos.
+        attn = ops.rope_attention(qkv, pos, cos, sin, cache.k[i], cache.v[i], c.num_heads)
+        ops.matvec_add(x, attn, layer.wo)                          # x += wo @ attn
+        h = ops.rms_gate_up_silu(x, layer.mlp_norm, layer.w_gate_up, c.rms_norm_eps)
+        ops.matvec_add(x, h, layer.w_down)                         # x += w_down @ h
+    return x
+
+
+def decode_one_token(w: Weights, cache: KVCache, token: torch.Tensor, pos: torch.Tensor,
+                     cos: torch.Tensor, sin: torch.Tensor, ops) -> torch.Tensor:
+    """One decode step (see decode_layers); returns float32 logits [vocab]."""
+    x = decode_layers(w, cache, token, pos, cos, sin, ops)
+    return ops.rms_matvec(x, w.norm, w.lm_head, None, w.config.rms_norm_eps)
