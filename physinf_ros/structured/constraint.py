@@ -1,0 +1,167 @@
+"""
+The token mask a request's output format allows: a JSON schema or a grammar, via llguidance.
+
+llguidance was chosen over xgrammar by measurement on this project's robot schemas
+(docs/STRUCTURED.md, benchmarks/results/dev/grammar_masks.json): it compiles a schema in
+under a millisecond where xgrammar took up to seconds with a 128k vocabulary (a goal waits for
+its compile), its mask's p99 was lower at 128k, and it needs no torch of its own.
+
+A Constraint follows one reply: mask() says which token ids may come next, advance(token)
+feeds the chosen one. The stop tokens are allowed exactly where the grammar may end, so a
+grammar that is complete ends the reply as an ordinary end of sequence.
+"""
+
+from dataclasses import dataclass
+import json
+from typing import Iterable, List, Optional
+
+import numpy as np
+import torch
+
+# JSON as models write it and json.dumps prints it: one space after ',' and ':', no other
+# whitespace (free whitespace lets a small model pad a reply with newlines until max_new_tokens).
+JSON_OPTIONS = {'whitespace_flexible': False, 'item_separator': ', ', 'key_separator': ': ',
+                # A keyword a grammar cannot enforce (uniqueItems, say) is kept as a warning
+                # the caller reports, rather than refusing the whole schema.
+                'lenient': True}
+ANY_JSON_OBJECT = {'type': 'object'}
+
+
+class ConstraintError(ValueError):
+    """A request's output format that cannot be used; the message says why and what to fix."""
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    """
+    What a request asks its reply to be; empty fields ask for free text.
+
+    response_format: a JSON schema, or {"type": "json_object"} for any JSON object (also the
+    OpenAI wrapper {"type": "json_schema", "json_schema": {"schema": ...}}). grammar: a grammar
+    in llguidance's Lark syntax (a regex as `start: /.../`).
+    """
+
+    response_format: str = ''
+    grammar: str = ''
+
+    @property
+    def constrained(self) -> bool:
+        return bool(self.response_format.strip() or self.grammar.strip())
+
+
+def json_schema(response_format: str) -> dict:
+    """Return the JSON schema a response_format asks for; ConstraintError if it is none."""
+    try:
+        value = json.loads(response_format)
+    except ValueError as exc:
+        raise ConstraintError(f'response_format is not JSON: {exc}') from None
+    if not isinstance(value, dict):
+        raise ConstraintError('response_format must be a JSON object: a JSON schema, or '
+                              '{"type": "json_object"}')
+    if value.get('type') == 'json_object' and set(value) == {'type'}:
+        return ANY_JSON_OBJECT
+    if value.get('type') == 'json_schema':
+        schema = (value.get('json_schema') or {}).get('schema')
+        if not isinstance(schema, dict):
+            raise ConstraintError('response_format of type json_schema needs '
+                                  '{"json_schema": {"schema": {...}}}')
+        return schema
+    return value
+
+
+def grammar_text(output: OutputFormat) -> str:
+    """Return llguidance's grammar for an output format; ConstraintError if it has none."""
+    import llguidance
+    if output.response_format.strip() and output.grammar.strip():
+        raise ConstraintError('give response_format or grammar, not both')
+    if output.grammar.strip():
+        try:
+            return llguidance.LLMatcher.grammar_from_lark(output.grammar)
+        except ValueError as exc:
+            raise ConstraintError(f'grammar does not compile: {exc}') from None
+    schema = json_schema(output.response_format)
+    try:
+        return llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS)
+    except ValueError as exc:
+        raise ConstraintError(f'JSON schema does not compile: {exc}') from None
+
+
+class Vocabulary:
+    """
+    A model's tokens as llguidance sees them; building one takes 0.3-1 s, so keep it.
+
+    n_vocab is the width of the model's logits, which may exceed the tokenizer's (padded
+    embeddings): ids past the tokenizer's are never allowed. stop_ids are the tokens that end
+    a reply; they are allowed where the grammar may end.
+    """
+
+    def __init__(self, tokenizer, stop_ids: Iterable[int], n_vocab: Optional[int] = None):
+        import llguidance.hf
+        self.n_vocab = max(n_vocab or 0, len(tokenizer))
+        self.stop_ids = sorted(stop_ids)
+        if not self.stop_ids:
+            raise ConstraintError('the model has no end-of-sequence token to end a reply with')
+        self.tokens = llguidance.hf.from_tokenizer(tokenizer, n_vocab=self.n_vocab,
+                                                   eos_token=self.stop_ids)
+
+
+class Constraint:
+    """One reply's position in its grammar: which tokens may come next."""
+
+    def __init__(self, vocabulary: Vocabulary, grammar: str):
+        import llguidance
+        self.vocabulary = vocabulary
+        self._matcher = llguidance.LLMatcher(vocabulary.tokens, grammar, log_level=0)
+        if self._matcher.is_error():
+            raise ConstraintError(f'grammar does not compile: {self._matcher.get_error()}')
+        self.warnings: List[str] = list(self._matcher.get_grammar_warnings())
+        words = (vocabulary.n_vocab + 31) // 32
+        self._bits = np.zeros(words, dtype=np.int32)
+        self.dead_end = ''   # why no token can follow, once that happens
+
+    @property
+    def finished(self) -> bool:
+        """Say whether the grammar is complete: only a stop token can follow."""
+        return self._matcher.is_stopped()
+
+    def fill_bitmask(self) -> np.ndarray:
+        """
+        Compute the tokens allowed next as int32 words, bit i of word w for token 32 w + i.
+
+        The library's whole cost per token; the array is reused by the next call.
+        """
+        self._matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
+        if self._matcher.is_error() or not self._bits.any():
+            self.dead_end = self._matcher.get_error() or 'the grammar allows no next token'
+        return self._bits
+
+    def mask(self) -> torch.Tensor:
+        """Bool [n_vocab]: the token ids allowed next (all False at a dead end)."""
+        bits = self.fill_bitmask()
+        # 0/1 bytes viewed as bools: no copy past the unpacking.
+        return torch.from_numpy(np.unpackbits(bits.view(np.uint8), count=self.vocabulary.n_vocab,
+                                              bitorder='little').view(np.bool_))
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        """Logits [vocab] with every token the grammar forbids at -inf."""
+        allowed = self.mask().to(logits.device)
+        width = min(logits.shape[-1], allowed.shape[0])
+        out = torch.full_like(logits, float('-inf'))
+        out[..., :width] = logits[..., :width].masked_fill(~allowed[:width], float('-inf'))
+        return out
+
+    def advance(self, token: int) -> bool:
+        """Feed the chosen token; False (and dead_end set) when the grammar refuses it."""
+        if token in self.vocabulary.stop_ids:
+            return self._matcher.is_accepting()
+        if not self._matcher.consume_token(token):
+            self.dead_end = self._matcher.get_error() or f'token {token} is not allowed here'
+            return False
+        return True
+
+
+def compile_constraint(vocabulary: Vocabulary, output: OutputFormat) -> Optional[Constraint]:
+    """Return a fresh Constraint for one reply (None: free text); ConstraintError if bad."""
+    if not output.constrained:
+        return None
+    return Constraint(vocabulary, grammar_text(output))

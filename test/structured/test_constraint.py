@@ -1,0 +1,109 @@
+"""Output constraints: what a schema or grammar allows, token by token (embedded tokenizer)."""
+
+import json
+
+from physinf_ros.engine.models import resolve
+from physinf_ros.resources import config_path
+from physinf_ros.structured import compile_constraint, ConstraintError, OutputFormat, Vocabulary
+import pytest
+import yaml
+
+SCHEMAS = yaml.safe_load(config_path('robot_schemas.yaml').read_text())
+
+
+@pytest.fixture(scope='module')
+def tokenizer():
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(resolve('embedded').path)
+
+
+@pytest.fixture(scope='module')
+def vocabulary(tokenizer):
+    return Vocabulary(tokenizer, [tokenizer.eos_token_id])
+
+
+def walk(constraint, tokenizer, text):
+    """Feed text's tokens; return the index of the first refused one (None: all allowed)."""
+    for index, token in enumerate(tokenizer.encode(text, add_special_tokens=False)):
+        if not constraint.mask()[token] or not constraint.advance(token):
+            return index
+    return None
+
+
+@pytest.mark.parametrize('response_format, grammar, words', [
+    ('{"type": "object"', '', ['response_format is not JSON']),
+    ('[1, 2]', '', ['must be a JSON object']),
+    ('{"type": "object", "properties": {"a": {"type": "strin"}}}', '', ['strin']),
+    ('{"type": "json_schema", "json_schema": {}}', '', ['json_schema', 'schema']),
+    ('', 'start: greeting', ['grammar does not compile', 'greeting']),
+    ('{"type": "json_object"}', 'start: "a"', ['not both']),
+])
+def test_bad_output_formats_are_refused_with_the_reason(vocabulary, response_format, grammar,
+                                                        words):
+    with pytest.raises(ConstraintError) as caught:
+        compile_constraint(vocabulary, OutputFormat(response_format, grammar))
+    for word in words:
+        assert word in str(caught.value)
+
+
+def test_free_text_has_no_constraint(vocabulary):
+    assert not OutputFormat().constrained
+    assert compile_constraint(vocabulary, OutputFormat('  ', '\n')) is None
+
+
+@pytest.mark.parametrize('entry', SCHEMAS, ids=[s['name'] for s in SCHEMAS])
+def test_each_robot_schema_allows_its_example_and_then_only_the_end(vocabulary, tokenizer, entry):
+    constraint = compile_constraint(vocabulary, OutputFormat(json.dumps(entry['schema'])))
+    assert walk(constraint, tokenizer, json.dumps(entry['example'])) is None
+    allowed = constraint.mask()
+    assert constraint.finished
+    assert allowed.nonzero().flatten().tolist() == [tokenizer.eos_token_id]
+    assert constraint.advance(tokenizer.eos_token_id)
+
+
+def test_a_reply_outside_the_schema_is_refused_where_it_leaves_it(vocabulary, tokenizer):
+    schema = next(s['schema'] for s in SCHEMAS if s['name'] == 'goto')
+    constraint = compile_constraint(vocabulary, OutputFormat(json.dumps(schema)))
+    text = '{"action": "goto", "room": "attic"}'
+    refused = walk(constraint, tokenizer, text)
+    assert refused is not None
+    cut = tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)[:refused])
+    assert cut.startswith('{"action": "goto", "room": "')
+    # The end of sequence is no way out of an unfinished object.
+    assert not constraint.mask()[tokenizer.eos_token_id]
+    assert not constraint.advance(tokenizer.eos_token_id)
+
+
+def test_any_json_object_starts_with_a_brace(vocabulary, tokenizer):
+    constraint = compile_constraint(vocabulary, OutputFormat('{"type": "json_object"}'))
+    allowed = constraint.mask().nonzero().flatten().tolist()
+    assert allowed and all(tokenizer.decode([t]).lstrip().startswith('{') for t in allowed)
+    assert walk(constraint, tokenizer, '{"anything": [1, 2.5, null, "x"]}') is None
+    assert constraint.finished
+
+
+def test_a_lark_grammar_and_a_regex(vocabulary, tokenizer):
+    choice = compile_constraint(vocabulary, OutputFormat(grammar='start: "yes" | "no"'))
+    assert walk(choice, tokenizer, 'maybe') == 0
+    digits = compile_constraint(vocabulary, OutputFormat(grammar='start: /[0-9]{2,3}/'))
+    assert walk(digits, tokenizer, '42') is None
+    assert digits.mask()[tokenizer.eos_token_id]   # two digits may end the reply
+    assert walk(digits, tokenizer, '7') is None
+    assert digits.finished   # three digits must
+
+
+def test_a_keyword_the_grammar_cannot_enforce_is_a_warning(vocabulary):
+    schema = {'type': 'array', 'items': {'type': 'integer'}, 'uniqueItems': True}
+    constraint = compile_constraint(vocabulary, OutputFormat(json.dumps(schema)))
+    assert any('uniqueItems' in w for w in constraint.warnings)
+
+
+def test_logits_outside_the_grammar_become_minus_infinity(vocabulary, tokenizer):
+    import torch
+    constraint = compile_constraint(vocabulary, OutputFormat(grammar='start: "yes" | "no"'))
+    # Wider than the tokenizer, as a model's padded head is: the padding is never allowed.
+    logits = torch.zeros(vocabulary.n_vocab + 64)
+    masked = constraint.apply(logits)
+    finite = torch.isfinite(masked).nonzero().flatten().tolist()
+    assert finite and all(t < vocabulary.n_vocab for t in finite)
+    assert all(tokenizer.decode([t]) in ('yes', 'no', 'y', 'n', 'ye') for t in finite)
