@@ -20,7 +20,7 @@ import platform
 import sysconfig
 import time
 
-from physinf_ros.engine.models import resolve
+from physinf_ros.engine.weights.resolve import resolve
 from physinf_ros.measurement.stats import percentile
 from physinf_ros.resources import config_path
 from physinf_ros.structured import compile_constraint, OutputFormat, Vocabulary

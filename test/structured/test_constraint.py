@@ -2,7 +2,7 @@
 
 import json
 
-from physinf_ros.engine.models import resolve
+from physinf_ros.engine.weights.resolve import resolve
 from physinf_ros.resources import config_path
 from physinf_ros.structured import compile_constraint, ConstraintError, OutputFormat, Vocabulary
 import pytest
