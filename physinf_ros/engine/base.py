@@ -4,6 +4,7 @@ from dataclasses import dataclass
 import time
 from typing import Callable, NamedTuple, Optional, Protocol, Sequence
 
+import numpy
 import torch
 
 from .model.config import ModelConfig
@@ -121,6 +122,17 @@ class StepFacts:
     weight_format: Optional[object] = None
 
 
+class AllowedTokens(Protocol):
+    """
+    The tokens a constrained reply may take next, filled by the generation loop before each step.
+
+    bits: int32 words, bit i of word w set where token 32 w + i is allowed (the layout of
+    structured.Constraint's bitmask). A decoder's next choice is one of these tokens.
+    """
+
+    bits: numpy.ndarray
+
+
 class Decoder(Protocol):
     """Batch-1 decoding with a KV cache, one token per step."""
 
@@ -134,8 +146,14 @@ class Decoder(Protocol):
     def position(self) -> int:
         """Tokens held in the KV cache."""
 
-    def prefill(self, token_ids: Sequence[int], sampling: Sampling) -> int:
-        """Empty the cache, run the prompt and return the first chosen token."""
+    def prefill(self, token_ids: Sequence[int], sampling: Sampling,
+                allowed: Optional[AllowedTokens] = None) -> int:
+        """
+        Empty the cache, run the prompt and return the first chosen token.
+
+        allowed: every choice of this reply (the first and each step's) is one of allowed.bits,
+        which the caller refills between steps, and launches at most one step ahead.
+        """
 
     def step(self, token: Optional[int] = None) -> int:
         """

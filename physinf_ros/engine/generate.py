@@ -11,6 +11,11 @@ tokens ends the reply before the next one, and the two steps already launched ar
 the same way. max_new_tokens and a full context are known in advance and
 launch nothing extra. Backends that read each token back inside their step (hf, exllamav2, any
 CPU) run the plain loop: their launch() defers the step until it is waited for.
+
+A constrained reply (a grammar's Constraint: a JSON schema or a grammar) is advanced by each
+token as it is read, and its next mask filled before the next step is launched, so it launches
+one step ahead. A grammar that is complete ends the reply as an end of sequence, without a step
+for the stop token; one that allows no next token ends it as an error, with the reason.
 """
 
 from collections import deque
@@ -24,6 +29,7 @@ from .text import Detokenizer
 FINISH_EOS = 'eos'
 FINISH_LENGTH = 'length'
 FINISH_CANCELLED = 'cancelled'
+FINISH_ERROR = 'error'
 
 
 @dataclass(frozen=True)
@@ -44,7 +50,7 @@ class Generation:
 
     def __init__(self, decoder: Decoder, tokenizer, stop_ids: frozenset,
                  prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling,
-                 cancelled: Callable[[], bool] = lambda: False):
+                 cancelled: Callable[[], bool] = lambda: False, constraint=None):
         self.decoder = decoder
         self.prompt_ids = list(prompt_ids)
         self.max_new_tokens = max_new_tokens
@@ -52,6 +58,9 @@ class Generation:
         self._stop_ids = stop_ids
         self._detok = Detokenizer(tokenizer) if tokenizer is not None else None
         self._cancelled = cancelled
+        # structured.Constraint (or None): refills its bits for the decoder before each step.
+        self.constraint = constraint
+        self._ahead = 1 if constraint is not None else LAUNCHED_AHEAD
         self.token_ids: List[int] = []
         self.pieces: List[str] = []
         self.step_ms: List[float] = []
@@ -80,11 +89,31 @@ class Generation:
         text = self._detok.push(token_id) if self._detok else ''
         if text:
             self.pieces.append(text)
+        if self.constraint is not None:
+            self._follow_grammar(token_id)
         return Piece(token_id, text, step_ms)
+
+    def _follow_grammar(self, token_id: int) -> None:
+        # Before the next step is launched: its choice reads the mask filled here.
+        constraint = self.constraint
+        if not constraint.advance(token_id):
+            self.finish_reason = FINISH_ERROR
+            self.detail = f'the reply left its grammar: {constraint.dead_end}'
+        elif constraint.finished:
+            self.finish_reason = FINISH_EOS
+            self.detail = 'the reply completed its grammar'
+        else:
+            self._fill_mask()
+
+    def _fill_mask(self) -> None:
+        self.constraint.fill_bitmask()
+        if self.constraint.dead_end:
+            self.finish_reason = FINISH_ERROR
+            self.detail = f'no token can continue the reply: {self.constraint.dead_end}'
 
     def _launch_ahead(self, ahead: Deque[PendingStep]) -> None:
         # Keep LAUNCHED_AHEAD steps queued, none past max_new_tokens or a full context.
-        while (len(ahead) < LAUNCHED_AHEAD and self._full is None
+        while (len(ahead) < self._ahead and self._full is None
                and len(self.token_ids) + len(ahead) < self.max_new_tokens):
             try:
                 ahead.append(self.decoder.launch())
@@ -93,7 +122,11 @@ class Generation:
 
     def __iter__(self) -> Iterator[Piece]:
         start = time.perf_counter()
-        token = self.decoder.prefill(self.prompt_ids, self.sampling)
+        if self.constraint is not None:
+            self._fill_mask()
+            if self.finish_reason is not None:
+                return
+        token = self.decoder.prefill(self.prompt_ids, self.sampling, self.constraint)
         self.ttft_ms = (time.perf_counter() - start) * 1000.0
         ahead: Deque[PendingStep] = deque()
         piece = self._piece(token, None)
@@ -110,6 +143,8 @@ class Generation:
             if len(self.token_ids) >= self.max_new_tokens:
                 self.finish_reason = FINISH_LENGTH
                 self.detail = f'max_new_tokens ({self.max_new_tokens}) reached'
+                if self.constraint is not None:
+                    self.detail += ' before the reply completed its grammar'
                 break
             try:
                 if not ahead:
@@ -117,6 +152,8 @@ class Generation:
                 token, step_ms = ahead.popleft().wait()
             except ContextFull as exc:
                 self.finish_reason, self.detail = FINISH_LENGTH, str(exc)
+                if self.constraint is not None:
+                    self.detail += ' before the reply completed its grammar'
                 break
             self.step_ms.append(step_ms)
             piece = self._piece(token, step_ms)

@@ -22,6 +22,7 @@ from .kernels.config import KernelConfig
 from .text import encode_prompt, encode_text, encode_truncated, load_tokenizer
 from .weights.resolve import EMBEDDED, resolve
 from .weights.source import ModelSource, stop_token_ids
+from ..structured import compile_constraint, Constraint, OutputFormat, Vocabulary
 
 
 @dataclass
@@ -87,6 +88,7 @@ class Engine:
 
     def __post_init__(self):
         self.device: torch.device = self.decoder.device   # kept after close()
+        self._vocabulary: Optional[Vocabulary] = None   # built at the first constrained reply
 
     def memory_allocated(self) -> Optional[int]:
         """Bytes of CUDA memory torch holds allocated on this engine's GPU; None on a CPU."""
@@ -102,9 +104,22 @@ class Engine:
 
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int,
                  sampling: Sampling = Sampling(),
-                 cancelled: Callable[[], bool] = lambda: False) -> Generation:
+                 cancelled: Callable[[], bool] = lambda: False,
+                 output: OutputFormat = OutputFormat()) -> Generation:
+        """Start a reply; output asks for JSON or a grammar (ConstraintError if it can't be)."""
         return Generation(self.decoder, self.tokenizer, self.stop_ids, prompt_ids,
-                          max_new_tokens, sampling, cancelled)
+                          max_new_tokens, sampling, cancelled, self.constraint(output))
+
+    def constraint(self, output: OutputFormat) -> Optional[Constraint]:
+        """Compile output's grammar for this model (None: free text); ConstraintError if bad."""
+        if not output.constrained:
+            return None
+        self._need_tokenizer()
+        if self._vocabulary is None:
+            # The model's logits may be wider than its tokenizer (padded embeddings).
+            self._vocabulary = Vocabulary(self.tokenizer, self.stop_ids,
+                                          self.source.hf_config.get('vocab_size'))
+        return compile_constraint(self._vocabulary, output)
 
 
 def load(model: str = EMBEDDED, backend: str = 'auto', device: str = 'auto',

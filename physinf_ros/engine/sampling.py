@@ -67,6 +67,18 @@ def _at_least(value: Number, low: float) -> Number:
     return value.clamp_min(low) if isinstance(value, torch.Tensor) else max(value, low)
 
 
+def mask_logits(logits: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
+    """
+    Logits [vocab] with every token that bits does not allow at -inf.
+
+    bits: int32 [ceil(vocab / 32)] on logits' device, bit i of word w for token 32 w + i (the
+    grammar's bitmask). Shifts and masks only, so this too runs inside a captured graph.
+    """
+    shifts = torch.arange(32, dtype=torch.int32, device=bits.device)
+    allowed = ((bits.unsqueeze(1) >> shifts) & 1).view(-1)[:logits.shape[-1]].bool()
+    return logits.masked_fill(~allowed, float('-inf'))
+
+
 def choose(logits: torch.Tensor, sampling: Sampling,
            generator: Optional[torch.Generator] = None) -> torch.Tensor:
     """Greedy argmax, or a sample under the request's temperature and top_p."""

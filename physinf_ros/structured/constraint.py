@@ -116,7 +116,8 @@ class Constraint:
             raise ConstraintError(f'grammar does not compile: {self._matcher.get_error()}')
         self.warnings: List[str] = list(self._matcher.get_grammar_warnings())
         words = (vocabulary.n_vocab + 31) // 32
-        self._bits = np.zeros(words, dtype=np.int32)
+        # The mask as last filled: what a decoder reads (engine.base.AllowedTokens).
+        self.bits = np.zeros(words, dtype=np.int32)
         self.dead_end = ''   # why no token can follow, once that happens
 
     @property
@@ -130,10 +131,10 @@ class Constraint:
 
         The library's whole cost per token; the array is reused by the next call.
         """
-        self._matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
-        if self._matcher.is_error() or not self._bits.any():
+        self._matcher.unsafe_compute_mask_ptr(self.bits.ctypes.data, self.bits.nbytes)
+        if self._matcher.is_error() or not self.bits.any():
             self.dead_end = self._matcher.get_error() or 'the grammar allows no next token'
-        return self._bits
+        return self.bits
 
     def mask(self) -> torch.Tensor:
         """Bool [n_vocab]: the token ids allowed next (all False at a dead end)."""

@@ -49,7 +49,7 @@ class _CountingDecoder:
     def __init__(self):
         self.calls, self.gc_during_steps = [], set()
 
-    def prefill(self, ids, sampling):
+    def prefill(self, ids, sampling, allowed=None):
         self.calls.append(('prefill', len(ids)))
 
     def step(self):

@@ -22,7 +22,7 @@ class FirstTokenDecoder:
     def __init__(self, first):
         self.first = first
 
-    def prefill(self, token_ids, sampling):
+    def prefill(self, token_ids, sampling, allowed=None):
         return self.first
 
     def step(self):

@@ -31,7 +31,7 @@ class ScriptedDecoder:
         self.waited: List[int] = []       # indices of the steps read, in order
         self.position = 0
 
-    def prefill(self, token_ids, sampling) -> int:
+    def prefill(self, token_ids, sampling, allowed=None) -> int:
         self.position = len(token_ids)
         return self.script[0]
 

@@ -99,7 +99,7 @@ class ReplayDecoder:
     def __init__(self, tokens):
         self.tokens = iter(tokens)
 
-    def prefill(self, token_ids, sampling):
+    def prefill(self, token_ids, sampling, allowed=None):
         return next(self.tokens)
 
     def step(self):

@@ -4,9 +4,9 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..base import (check_prompt, check_room, DecoderInfo, DeferredStep, EngineError,
-                    PendingStep, Sampling)
-from ..sampling import choose, make_generator
+from ..base import (AllowedTokens, check_prompt, check_room, DecoderInfo, DeferredStep,
+                    EngineError, PendingStep, Sampling)
+from ..sampling import choose, make_generator, mask_logits
 
 
 class ForwardDecoder:
@@ -25,6 +25,7 @@ class ForwardDecoder:
         self._logits: Optional[torch.Tensor] = None
         self._sampling = Sampling()
         self._generator: Optional[torch.Generator] = None
+        self._allowed: Optional[AllowedTokens] = None
 
     @property
     def position(self) -> int:
@@ -38,14 +39,18 @@ class ForwardDecoder:
 
     def _choose(self, logits: torch.Tensor) -> int:
         self._logits = logits
+        if self._allowed is not None:
+            logits = mask_logits(logits, torch.from_numpy(self._allowed.bits).to(logits.device))
         self._last_token = int(choose(logits, self._sampling, self._generator))
         return self._last_token
 
     @torch.inference_mode()
-    def prefill(self, token_ids: Sequence[int], sampling: Sampling) -> int:
+    def prefill(self, token_ids: Sequence[int], sampling: Sampling,
+                allowed: Optional[AllowedTokens] = None) -> int:
         check_prompt(token_ids, self.info.max_context)
         self._reset_cache()
         self._sampling = sampling
+        self._allowed = allowed
         self._generator = make_generator(sampling, self.device)
         ids = torch.tensor([list(token_ids)], dtype=torch.long, device=self.ids_device)
         logits = self._forward(ids, 0)

@@ -14,7 +14,13 @@ kernel stamps the GPU's clock, and its last writes the nanoseconds since then be
 No timing event sits in or before the graph and no copy after it; each cost the synchronous step
 3-35 us (docs/PERF.md, v23, v26 and v27).
 
-Context policy: graphs per sampling mode (greedy, sampled), captured for max_context. The
+A constrained reply (a JSON schema or grammar: AllowedTokens) has graphs of its own, whose
+choice reads the grammar's bitmask from a device buffer; the host copies the next mask into it
+before each replay, so such a reply launches one step ahead, not two (the mask for step n+1
+needs token n).
+
+Context policy: graphs per sampling mode (greedy, sampled; free or constrained), captured for
+max_context. The
 attention kernel reads the filled length from the device position, so the graph reads only
 the filled part of the cache at every length: no buckets, no padding to the maximum.
 """
@@ -25,12 +31,12 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy
 import torch
 
-from ..base import (check_prompt, check_room, ContextFull, DecoderInfo, DeferredStep,
-                    EngineError, LAUNCHED_AHEAD, PendingStep, Sampling, StepResult)
+from ..base import (AllowedTokens, check_prompt, check_room, ContextFull, DecoderInfo,
+                    DeferredStep, EngineError, LAUNCHED_AHEAD, PendingStep, Sampling, StepResult)
 from ..kernels import ops_torch
 from ..kernels.config import KernelConfig
 from ..model.llama import decode_layers, KVCache, prefill, prompt_logits, rope_tables, Weights
-from ..sampling import choose, make_generator, sample
+from ..sampling import choose, make_generator, mask_logits, sample
 
 
 # A pinned reply row's fields (token, step time in ns) before the step writes them.
@@ -100,11 +106,18 @@ class NativeDecoder:
         self.temperature = torch.ones((), dtype=torch.float32, device=device)
         self.top_p = torch.ones((), dtype=torch.float32, device=device)
         self.race = torch.ones(config.vocab_size, dtype=torch.float32, device=device)
+        # A constrained reply's allowed tokens (sampling.mask_logits' bits), refilled from a
+        # pinned copy before each step.
+        words = (config.vocab_size + 31) // 32
+        self.allowed_bits = torch.zeros(words, dtype=torch.int32, device=device)
+        self._allowed_host = torch.zeros(words, dtype=torch.int32,
+                                         pin_memory=device.type == 'cuda')
+        self._allowed: Optional[AllowedTokens] = None
         self._position = 0
         self._started = False
         self._sampling = Sampling()
         self._generator: Optional[torch.Generator] = None
-        self._graphs: Dict[bool, torch.cuda.CUDAGraph] = {}
+        self._graphs: Dict[tuple, torch.cuda.CUDAGraph] = {}
         self._pool = None
         # A step's reply, written by its last kernel: row position % LAUNCHED_AHEAD holds its
         # token and device time (ns). A launched step's row and event stay intact until
@@ -124,17 +137,21 @@ class NativeDecoder:
         return self._position
 
     @torch.inference_mode()
-    def _body(self, greedy: bool) -> None:
+    def _body(self, greedy: bool, constrained: bool = False) -> None:
         # The step as captured: everything on the device, nothing read back.
         w = self.weights
         x = decode_layers(w, self.cache, self.token, self.pos, self.cos, self.sin, self.ops)
         eps = w.config.rms_norm_eps
-        if greedy:
+        if greedy and not constrained:
             self.ops.greedy_head(x, w.norm, w.lm_head, eps, self.logits, self.token, self.pos,
                                  self._host_out)
             return
         self.ops.rms_matvec(x, w.norm, w.lm_head, None, eps, out=self.logits)
-        self.token.copy_(sample(self.logits, self.temperature, self.top_p, race=self.race))
+        logits = mask_logits(self.logits, self.allowed_bits) if constrained else self.logits
+        if greedy:
+            self.token.copy_(torch.argmax(logits).view(1))
+        else:
+            self.token.copy_(sample(logits, self.temperature, self.top_p, race=self.race))
         self.ops.step_end(self.token, self.pos, self._host_out)
         self.pos.add_(1)
 
@@ -155,8 +172,8 @@ class NativeDecoder:
             self.info = replace(self.info, backend='eager', note=note)
             self._body(greedy=True)
 
-    def _graph(self, greedy: bool) -> torch.cuda.CUDAGraph:
-        graph = self._graphs.get(greedy)
+    def _graph(self, greedy: bool, constrained: bool = False) -> torch.cuda.CUDAGraph:
+        graph = self._graphs.get((greedy, constrained))
         if graph is not None:
             return graph
         saved = self.token.clone(), self.pos.clone()
@@ -164,31 +181,36 @@ class NativeDecoder:
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
             for _ in range(2):  # compile kernels and settle the allocator outside the capture
-                self._body(greedy)
+                self._body(greedy, constrained)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
-            self._body(greedy)
+            self._body(greedy, constrained)
         self._pool = graph.pool()
         self.token.copy_(saved[0])
         self.pos.copy_(saved[1])
-        self._graphs[greedy] = graph
-        self.log(f'captured the {"greedy" if greedy else "sampling"} decode step in a CUDA graph')
+        self._graphs[greedy, constrained] = graph
+        self.log(f'captured the {"greedy" if greedy else "sampling"} '
+                 f'{"constrained " if constrained else ""}decode step in a CUDA graph')
         return graph
 
     @torch.inference_mode()
-    def prefill(self, token_ids: Sequence[int], sampling: Sampling) -> int:
+    def prefill(self, token_ids: Sequence[int], sampling: Sampling,
+                allowed: Optional[AllowedTokens] = None) -> int:
         check_prompt(token_ids, self.info.max_context)
         self._sampling = sampling
+        self._allowed = allowed
         self._generator = make_generator(sampling, self.device)
         if not sampling.greedy:
             self.temperature.fill_(sampling.temperature)
             self.top_p.fill_(sampling.top_p)
-            if self.graphed:
-                self._graph(greedy=False)
+        if self.graphed and (allowed is not None or not sampling.greedy):
+            self._graph(sampling.greedy, allowed is not None)
         ids = torch.tensor(list(token_ids), dtype=torch.long, device=self.device)
         logits = prefill(self.weights, self.cache, ids, self.cos, self.sin)
         self.logits.copy_(logits)
+        if allowed is not None:
+            logits = mask_logits(logits, self._load_allowed())
         first = choose(logits, sampling, self._generator)
         self.token.copy_(first.view(1))
         self.pos.fill_(len(token_ids))
@@ -229,15 +251,24 @@ class NativeDecoder:
         self._enqueue_step()
         return int(self.token)
 
+    def _load_allowed(self) -> torch.Tensor:
+        # The caller refilled the bits since the last step; that step's copy out of the pinned
+        # buffer is done (it was waited for: one step ahead).
+        self._allowed_host.numpy()[:] = self._allowed.bits
+        return self.allowed_bits.copy_(self._allowed_host, non_blocking=True)
+
     def _enqueue_step(self) -> None:
         greedy = self._sampling.greedy
+        constrained = self._allowed is not None
         if not greedy:
             # The request's noise, drawn outside the graph so its seed holds (one launch).
             self.race.exponential_(generator=self._generator)
+        if constrained:
+            self._load_allowed()
         if self.graphed:
-            self._graph(greedy).replay()
+            self._graph(greedy, constrained).replay()
         else:
-            self._body(greedy)
+            self._body(greedy, constrained)
         self._position += 1
 
     def last_logits(self) -> torch.Tensor:

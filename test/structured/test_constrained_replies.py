@@ -1,0 +1,98 @@
+"""Constrained replies through the generation loop: every one parses and follows its schema."""
+
+import json
+
+import jsonschema
+from physinf_ros.engine import load, Sampling
+from physinf_ros.resources import config_path
+from physinf_ros.structured import ConstraintError, OutputFormat
+import pytest
+import yaml
+
+SCHEMAS = yaml.safe_load(config_path('robot_schemas.yaml').read_text())
+# Bounded schemas fit well inside this: every string and array in them has a maximum.
+MAX_NEW_TOKENS = 160
+
+
+def robot_prompt(entry):
+    return (f'Answer with one JSON object following this JSON schema: '
+            f'{json.dumps(entry["schema"])}\nTask: {entry["name"].replace("_", " ")}.')
+
+
+@pytest.fixture(scope='module')
+def eager_engine():
+    return load('embedded', backend='eager', device='cpu', dtype='float32', max_context=1024)
+
+
+def reply(engine, entry, sampling=Sampling()):
+    ids = engine.encode(robot_prompt(entry))
+    generation = engine.generate(ids, MAX_NEW_TOKENS, sampling,
+                                 output=OutputFormat(json.dumps(entry['schema'])))
+    for _ in generation:
+        pass
+    return generation
+
+
+@pytest.mark.parametrize('entry', SCHEMAS, ids=[s['name'] for s in SCHEMAS])
+def test_every_greedy_reply_parses_and_follows_its_schema(eager_engine, entry):
+    generation = reply(eager_engine, entry)
+    assert generation.finish_reason == 'eos', generation.detail
+    jsonschema.validate(json.loads(generation.text), entry['schema'])
+
+
+@pytest.mark.parametrize('name', ['plan', 'detect', 'status_report'])
+def test_sampled_replies_follow_their_schema_too(eager_engine, name):
+    entry = next(s for s in SCHEMAS if s['name'] == name)
+    for seed in range(3):
+        generation = reply(eager_engine, entry, Sampling(temperature=1.0, top_p=0.95, seed=seed))
+        assert generation.finish_reason == 'eos', generation.detail
+        jsonschema.validate(json.loads(generation.text), entry['schema'])
+
+
+@pytest.mark.parametrize('name', ['goto', 'velocity', 'handover'])
+def test_transformers_backend_gives_the_same_constrained_reply(embedded_engine, eager_engine,
+                                                               name):
+    entry = next(s for s in SCHEMAS if s['name'] == name)
+    ours, theirs = reply(eager_engine, entry), reply(embedded_engine, entry)
+    assert theirs.finish_reason == 'eos', theirs.detail
+    assert ours.text == theirs.text
+
+
+def test_unconstrained_replies_to_the_same_prompts_mostly_do_not_parse(eager_engine):
+    # Why the constraint exists: the embedded model, asked the same way, rarely gives valid JSON.
+    valid = 0
+    for entry in SCHEMAS[:6]:
+        generation = eager_engine.generate(eager_engine.encode(robot_prompt(entry)), 48)
+        for _ in generation:
+            pass
+        try:
+            jsonschema.validate(json.loads(generation.text), entry['schema'])
+            valid += 1
+        except (ValueError, jsonschema.ValidationError):
+            pass
+    assert valid < 3
+
+
+def test_a_completed_grammar_ends_the_reply_without_a_step_for_the_stop_token(eager_engine):
+    ids = eager_engine.encode('Is the door open? Answer yes or no.')
+    generation = eager_engine.generate(ids, 32,
+                                       output=OutputFormat(grammar='start: "yes" | "no"'))
+    pieces = list(generation)
+    assert generation.text in ('yes', 'no')
+    assert (generation.finish_reason, generation.detail) == ('eos',
+                                                             'the reply completed its grammar')
+    assert len(generation.step_ms) == len(generation.token_ids) - 1
+    assert ''.join(p.text for p in pieces) == generation.text
+
+
+def test_a_reply_cut_by_max_new_tokens_says_its_grammar_is_unfinished(eager_engine):
+    ids = eager_engine.encode('Count to fifty.')
+    generation = eager_engine.generate(ids, 4, output=OutputFormat(grammar='start: /[a-z ]{40}/'))
+    list(generation)
+    assert generation.finish_reason == 'length'
+    assert 'before the reply completed its grammar' in generation.detail
+
+
+def test_a_bad_schema_is_refused_before_any_decoding(eager_engine):
+    with pytest.raises(ConstraintError, match='response_format is not JSON'):
+        eager_engine.generate([1, 2, 3], 8, output=OutputFormat('{"type": '))
