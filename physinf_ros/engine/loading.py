@@ -8,6 +8,7 @@ the same weights (a benchmark session) and lets it all go on close().
 
 from dataclasses import dataclass, replace
 import gc
+import json
 import time
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -22,7 +23,10 @@ from .kernels.config import KernelConfig
 from .text import encode_prompt, encode_text, encode_truncated, load_tokenizer
 from .weights.resolve import EMBEDDED, resolve
 from .weights.source import ModelSource, stop_token_ids
-from ..structured import compile_constraint, Constraint, OutputFormat, Vocabulary
+from ..structured import (check_output, compile_constraint, Constraint, ConstraintError,
+                          OutputFormat, Vocabulary)
+from ..structured.tools import (call_format, parse_tool_calls, template_shows_tools,
+                                tools_system_text)
 
 
 @dataclass
@@ -40,16 +44,46 @@ class Engine:
     def info(self) -> DecoderInfo:
         return self.decoder.info
 
-    def encode(self, text: str, use_chat_template: bool = True,
-               system_prompt: str = '') -> List[int]:
+    def encode(self, text: str, use_chat_template: bool = True, system_prompt: str = '',
+               output: OutputFormat = OutputFormat()) -> List[int]:
+        """Encode one user turn; output's tools are shown to the model (ConstraintError)."""
         self._need_tokenizer()
-        return encode_prompt(self.tokenizer, text, use_chat_template, system_prompt)
+        system_prompt, tools = self._with_tools(system_prompt, output)
+        return encode_prompt(self.tokenizer, text, use_chat_template, system_prompt, tools)
 
     def encode_truncated(self, text: str, limit: int, use_chat_template: bool = True,
-                         system_prompt: str = '') -> Tuple[List[int], int]:
+                         system_prompt: str = '', output: OutputFormat = OutputFormat()
+                         ) -> Tuple[List[int], int]:
         """Encode, dropping the start of text so the prompt takes at most limit tokens."""
         self._need_tokenizer()
-        return encode_truncated(self.tokenizer, text, limit, use_chat_template, system_prompt)
+        system_prompt, tools = self._with_tools(system_prompt, output)
+        return encode_truncated(self.tokenizer, text, limit, use_chat_template, system_prompt,
+                                tools)
+
+    def _with_tools(self, system_prompt: str, output: OutputFormat) -> Tuple[str, list]:
+        # The tools go where the chat template shows them, else into the system turn.
+        functions, choice = check_output(output)
+        if not functions or choice == 'none':
+            return system_prompt, None
+        template = getattr(self.tokenizer, 'chat_template', None)
+        specs = [f.spec() for f in functions]
+        if template_shows_tools(template):
+            # The template's own text is read with its special tokens: none may come in a spec.
+            text = json.dumps(specs, ensure_ascii=False)
+            for token in self.tokenizer.all_special_tokens:
+                if token in text:
+                    raise ConstraintError(f'tools hold the special token {token!r}')
+            return system_prompt, specs
+        described = tools_system_text(functions, call_format(template))
+        return (f'{system_prompt}\n\n{described}' if system_prompt else described), None
+
+    def tool_calls(self, text: str, output: OutputFormat) -> List[dict]:
+        """Return the calls of output's tools in a reply: [{"name", "arguments"}]."""
+        functions, choice = check_output(output)
+        if not functions or choice == 'none':
+            return []
+        return parse_tool_calls(text, functions,
+                                call_format(getattr(self.tokenizer, 'chat_template', None)))
 
     def system_tokens(self, system_prompt: str) -> int:
         """Tokens the system prompt's text takes in every prompt (0 when it is empty)."""
@@ -119,7 +153,8 @@ class Engine:
             # The model's logits may be wider than its tokenizer (padded embeddings).
             self._vocabulary = Vocabulary(self.tokenizer, self.stop_ids,
                                           self.source.hf_config.get('vocab_size'))
-        return compile_constraint(self._vocabulary, output)
+        return compile_constraint(self._vocabulary, output,
+                                  getattr(self.tokenizer, 'chat_template', None))
 
 
 def load(model: str = EMBEDDED, backend: str = 'auto', device: str = 'auto',

@@ -9,7 +9,7 @@ and the text in between with special tokens split.
 """
 
 import threading
-from typing import Callable, List, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from .base import EngineError
 
@@ -42,8 +42,12 @@ def encode_text(tokenizer, text: str) -> List[int]:
 
 
 def encode_prompt(tokenizer, text: str, use_chat_template: bool = True,
-                  system_prompt: str = '') -> List[int]:
-    """Token ids for one user turn, wrapped in the model's chat template when asked."""
+                  system_prompt: str = '', tools: Optional[list] = None) -> List[int]:
+    """
+    Token ids for one user turn, wrapped in the model's chat template when asked.
+
+    tools: function specs for a template that renders them (its tools argument).
+    """
     if not (use_chat_template and getattr(tokenizer, 'chat_template', None)):
         if system_prompt:
             text = f'{system_prompt}\n\n{text}'
@@ -54,7 +58,7 @@ def encode_prompt(tokenizer, text: str, use_chat_template: bool = True,
     roles = (['system'] if system_prompt else []) + ['user']
     messages = [{'role': role, 'content': _PLACEHOLDERS[role]} for role in roles]
     rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                             tokenize=False)
+                                             tokenize=False, **({'tools': tools} if tools else {}))
     contents = {'system': system_prompt, 'user': text}
     ids: List[int] = []
     with _ENCODE_LOCK:
@@ -72,14 +76,15 @@ def encode_prompt(tokenizer, text: str, use_chat_template: bool = True,
 
 
 def encode_truncated(tokenizer, text: str, limit: int, use_chat_template: bool = True,
-                     system_prompt: str = '') -> Tuple[List[int], int]:
+                     system_prompt: str = '', tools: Optional[list] = None
+                     ) -> Tuple[List[int], int]:
     """
     Return token ids for one user turn cut to at most limit tokens, and the text tokens cut.
 
     The beginning of the text is dropped (the oldest part of a long message); the template and
     the system prompt stay whole, so the model still sees a well-formed turn.
     """
-    ids = encode_prompt(tokenizer, text, use_chat_template, system_prompt)
+    ids = encode_prompt(tokenizer, text, use_chat_template, system_prompt, tools)
     if len(ids) <= limit:
         return ids, 0
     body = encode_text(tokenizer, text)
@@ -89,7 +94,7 @@ def encode_truncated(tokenizer, text: str, limit: int, use_chat_template: bool =
     # exactly as many: shrink until the whole prompt fits.
     while keep > 0:
         tail = tokenizer.decode(body[-keep:]).lstrip('\ufffd')
-        ids = encode_prompt(tokenizer, tail, use_chat_template, system_prompt)
+        ids = encode_prompt(tokenizer, tail, use_chat_template, system_prompt, tools)
         if len(ids) <= limit:
             return ids, len(body) - keep
         keep -= len(ids) - limit

@@ -38,15 +38,20 @@ class OutputFormat:
 
     response_format: a JSON schema, or {"type": "json_object"} for any JSON object (also the
     OpenAI wrapper {"type": "json_schema", "json_schema": {"schema": ...}}). grammar: a grammar
-    in llguidance's Lark syntax (a regex as `start: /.../`).
+    in llguidance's Lark syntax (a regex as `start: /.../`). tools and tool_choice: functions
+    the model may call (structured.tools); with tool_choice `required` or a function's name the
+    reply is that call, constrained to the functions' schemas.
     """
 
     response_format: str = ''
     grammar: str = ''
+    tools: str = ''
+    tool_choice: str = ''
 
     @property
     def constrained(self) -> bool:
-        return bool(self.response_format.strip() or self.grammar.strip())
+        return bool(self.response_format.strip() or self.grammar.strip() or (
+            self.tools.strip() and self.tool_choice.strip() not in ('', 'auto', 'none')))
 
 
 def json_schema(response_format: str) -> dict:
@@ -67,23 +72,6 @@ def json_schema(response_format: str) -> dict:
                                   '{"json_schema": {"schema": {...}}}')
         return schema
     return value
-
-
-def grammar_text(output: OutputFormat) -> str:
-    """Return llguidance's grammar for an output format; ConstraintError if it has none."""
-    import llguidance
-    if output.response_format.strip() and output.grammar.strip():
-        raise ConstraintError('give response_format or grammar, not both')
-    if output.grammar.strip():
-        try:
-            return llguidance.LLMatcher.grammar_from_lark(output.grammar)
-        except ValueError as exc:
-            raise ConstraintError(f'grammar does not compile: {exc}') from None
-    schema = json_schema(output.response_format)
-    try:
-        return llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS)
-    except ValueError as exc:
-        raise ConstraintError(f'JSON schema does not compile: {exc}') from None
 
 
 class Vocabulary:
@@ -159,10 +147,3 @@ class Constraint:
             self.dead_end = self._matcher.get_error() or f'token {token} is not allowed here'
             return False
         return True
-
-
-def compile_constraint(vocabulary: Vocabulary, output: OutputFormat) -> Optional[Constraint]:
-    """Return a fresh Constraint for one reply (None: free text); ConstraintError if bad."""
-    if not output.constrained:
-        return None
-    return Constraint(vocabulary, grammar_text(output))
