@@ -6,6 +6,7 @@ import sys
 
 from .engine import (BACKEND_HELP, check_backend, EMBEDDED, EngineError, load, MODEL_SPEC_HELP,
                      Sampling)
+from .structured import ConstraintError, OutputFormat
 
 
 def _log(message: str) -> None:
@@ -47,9 +48,25 @@ def generate_main(argv=None) -> int:
     parser.add_argument('--system-prompt', default='', help='system turn before the prompt')
     parser.add_argument('--json', action='store_true',
                         help='end with one JSON line: text, token_ids, step_ms, ttft_ms, ...')
+    shape = parser.add_mutually_exclusive_group()
+    shape.add_argument('--json-schema', metavar='FILE',
+                       help='reply with JSON that follows this JSON schema (or a file holding '
+                       '{"type": "json_object"} for any JSON object)')
+    shape.add_argument('--grammar', metavar='FILE',
+                       help="reply in this grammar (llguidance's Lark syntax; a regex as "
+                       'start: /.../)')
+    shape.add_argument('--tools', metavar='FILE',
+                       help='functions the model may call: a JSON array of OpenAI-style specs')
+    parser.add_argument('--tool-choice', default='auto',
+                        help='with --tools: auto, none, required or a function name')
     args = parser.parse_args(argv)
     if args.temperature < 0 or not 0 < args.top_p <= 1 or args.max_new_tokens < 1:
         parser.error('need temperature >= 0, 0 < top-p <= 1 and max-new-tokens >= 1')
+    try:
+        output = OutputFormat(*(_read(path) for path in (args.json_schema, args.grammar,
+                                                         args.tools)), args.tool_choice)
+    except OSError as exc:
+        parser.error(str(exc))
 
     try:
         engine = load(args.model, args.backend, args.device, args.dtype, args.max_context,
@@ -57,27 +74,39 @@ def generate_main(argv=None) -> int:
         info = engine.info
         _log(f'{info.model}: backend {info.backend} on {info.device}, {info.dtype}, '
              f'loaded in {engine.load_s:.1f} s' + (f' ({info.note})' if info.note else ''))
-        prompt_ids = engine.encode(args.prompt, not args.no_chat_template, args.system_prompt)
+        prompt_ids = engine.encode(args.prompt, not args.no_chat_template, args.system_prompt,
+                                   output)
         generation = engine.generate(prompt_ids, args.max_new_tokens,
-                                     Sampling(args.temperature, args.top_p, args.seed))
+                                     Sampling(args.temperature, args.top_p, args.seed),
+                                     output=output)
         for piece in generation:
             sys.stdout.write(piece.text)
             sys.stdout.flush()
-    except EngineError as exc:
+        tool_calls = engine.tool_calls(generation.text, output)
+    except (EngineError, ConstraintError) as exc:
         _log(f'error: {exc}')
         return 2
     sys.stdout.write('\n')
     _log(f'{generation.finish_reason}: {len(generation.token_ids)} tokens, '
-         f'TTFT {generation.ttft_ms:.1f} ms, {generation.tokens_per_s:.1f} tokens/s')
+         f'TTFT {generation.ttft_ms:.1f} ms, {generation.tokens_per_s:.1f} tokens/s'
+         + (f' ({generation.detail})' if generation.detail else ''))
     if args.json:
         print(json.dumps({
             'text': generation.text, 'token_ids': generation.token_ids,
             'step_ms': [round(x, 4) for x in generation.step_ms],
             'ttft_ms': round(generation.ttft_ms, 4), 'finish_reason': generation.finish_reason,
             'prompt_tokens': len(prompt_ids), 'tokens_per_s': round(generation.tokens_per_s, 3),
+            'tool_calls': tool_calls,
             'backend': info.backend, 'device': info.device, 'dtype': info.dtype,
             'model': info.model}))
     return 0
+
+
+def _read(path) -> str:
+    if path is None:
+        return ''
+    with open(path, encoding='utf-8') as f:
+        return f.read()
 
 
 if __name__ == '__main__':

@@ -37,3 +37,38 @@ def test_missing_model_is_a_clear_error():
     result = run('--prompt', 'Hi', '--model', '/nonexistent/robot.gguf')
     assert result.returncode == 2
     assert 'GGUF file not found: /nonexistent/robot.gguf' in result.stderr
+
+
+def test_generate_follows_a_json_schema_file(tmp_path):
+    schema = {'type': 'object', 'properties': {'city': {'enum': ['Paris', 'Lyon', 'Nice']}},
+              'required': ['city'], 'additionalProperties': False}
+    path = tmp_path / 'city.json'
+    path.write_text(json.dumps(schema))
+    result = run('--prompt', 'What is the capital of France?', '--device', 'cpu',
+                 '--json-schema', str(path), '--json')
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout.strip().splitlines()[-1])
+    assert json.loads(record['text']) == {'city': 'Paris'}
+    assert record['finish_reason'] == 'eos' and record['tool_calls'] == []
+
+
+def test_generate_calls_a_tool_and_reports_the_call(tmp_path):
+    tools = [{'type': 'function', 'function': {
+        'name': 'goto', 'parameters': {
+            'type': 'object', 'properties': {'room': {'enum': ['kitchen', 'office']}},
+            'required': ['room'], 'additionalProperties': False}}}]
+    path = tmp_path / 'tools.json'
+    path.write_text(json.dumps(tools))
+    result = run('--prompt', 'Go to the kitchen.', '--device', 'cpu', '--tools', str(path),
+                 '--tool-choice', 'required', '--json')
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout.strip().splitlines()[-1])
+    assert [call['name'] for call in record['tool_calls']] == ['goto']
+
+
+def test_a_grammar_that_does_not_compile_is_a_clear_error(tmp_path):
+    path = tmp_path / 'bad.lark'
+    path.write_text('start: greeting')
+    result = run('--prompt', 'Hi', '--device', 'cpu', '--grammar', str(path))
+    assert result.returncode == 2
+    assert 'grammar does not compile' in result.stderr and 'greeting' in result.stderr
