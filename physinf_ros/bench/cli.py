@@ -10,6 +10,8 @@ from .benchmark import BenchListener, Benchmark
 from .params import MODES_HELP
 from .protocol import Plan
 from ..engine import EMBEDDED, EngineError, MODEL_SPEC_HELP
+from ..structured import ConstraintError, OutputFormat
+from ..structured.constraint import json_schema
 
 
 def _log(message: str) -> None:
@@ -78,6 +80,12 @@ def bench_parser() -> argparse.ArgumentParser:
                              'else a measured bandwidth)')
     parser.add_argument('--price-per-hour', type=float,
                         help='USD per hour of this target, for cost per million tokens')
+    parser.add_argument('--json-schema', type=Path, metavar='FILE',
+                        help='also time steps constrained to this JSON schema, in the same '
+                             'sessions (constrained_step_ms_p50, mask_us_p50, ... per cell)')
+    parser.add_argument('--tokenizer', default='', metavar='DIR',
+                        help="the grammar's tokenizer where the model has none (synthetic:); "
+                             "its vocabulary must be the model's size")
     parser.add_argument('--out', type=Path,
                         help='results JSON (CSV beside it); default '
                              'benchmarks/results/<target>/<model>-<time>.json')
@@ -93,9 +101,16 @@ def plan_from_args(args, parser: argparse.ArgumentParser) -> Plan:
         contexts = protocol.parse_list(args.contexts, int)
     except ValueError:
         parser.error(f'--contexts must be comma-separated integers; got {args.contexts!r}')
+    try:
+        schema = args.json_schema.read_text() if args.json_schema else ''
+        if schema:
+            json_schema(schema)
+    except (OSError, ConstraintError) as exc:
+        parser.error(f'--json-schema: {exc}')
     plan = Plan(model=args.model, modes=modes, contexts=contexts, steps=args.steps,
                 warmup=args.warmup, sessions=args.sessions, device=args.device,
-                dtype=args.dtype, seed=args.seed, record_unavailable=args.record_unavailable)
+                dtype=args.dtype, seed=args.seed, record_unavailable=args.record_unavailable,
+                output=OutputFormat(response_format=schema), tokenizer=args.tokenizer)
     problems = plan.problems()
     if problems:
         parser.error('; '.join(problems))
@@ -110,13 +125,13 @@ def bench_main(argv=None) -> int:
     plan = plan_from_args(args, parser)
     try:
         benchmark = Benchmark(plan, args.target, args.price_per_hour, log=_log)
-    except (ValueError, EngineError) as exc:
+    except (ValueError, EngineError, ConstraintError) as exc:
         _log(f'error: {exc}')
         return 2
     bar = ProgressBar(plan.session_count())
     try:
         doc = benchmark.run(bar)
-    except EngineError as exc:
+    except (EngineError, ConstraintError) as exc:
         bar.close()
         _log(f'error: {exc}')
         return 2

@@ -16,6 +16,12 @@ A mode is a backend name, the transformers ones with a software stack (`hf-graph
 modes whose stacks share weights (attention stacks) are one family, each quantisation stack its
 own.
 
+A constrained plan (`output`: a JSON schema) measures each session twice on the same decoder:
+free steps, then steps whose choice follows the schema, each timed around the host's grammar
+work (advance by the last token, fill the next mask) and decoder.step(), as a constrained reply
+pays them; the mask's own time is kept too. A reply that completes its schema starts another
+(outside the timed interval); random weights walk the grammar as any tokens would.
+
 A stack matrix asks for modes that may not run on every machine. With `record_unavailable`, a
 mode whose stack cannot run here (package missing, no CUDA) or whose load or session fails is
 given to the listener as unavailable with the reason, and the run goes on with the others.
@@ -34,6 +40,7 @@ from ..engine.decoders import backends
 from ..engine.decoders.stacks import missing
 from ..engine.device import pick_device
 from ..measurement.stats import bootstrap_ratio_ci, percentile
+from ..structured import compile_constraint, OutputFormat, Vocabulary
 
 GREEDY = Sampling()
 DEFAULT_CONTEXTS = (2048, 4096, 8192, 16384)
@@ -58,6 +65,8 @@ class Plan:
     dtype: str = 'auto'
     seed: int = 0
     record_unavailable: bool = False   # a mode that cannot run is recorded, not fatal
+    output: OutputFormat = OutputFormat()   # constrained steps too, where set
+    tokenizer: str = ''   # for a constrained plan on weights without one (synthetic:)
 
     def problems(self) -> List[str]:
         """Return why this plan cannot run (empty when it can)."""
@@ -71,6 +80,8 @@ class Plan:
             wrong.append(f'modes must be distinct and at least one; got {list(self.modes)}')
         if not self.contexts or min(self.contexts) < 1:
             wrong.append(f'contexts must be positive token counts; got {list(self.contexts)}')
+        if self.output.constrained and self.output.tools.strip():
+            wrong.append('a constrained plan takes a JSON schema or a grammar, not tools')
         if self.steps < 1 or self.warmup < 0 or self.sessions < 1:
             wrong.append(f'need steps >= 1, warmup >= 0 and sessions >= 1; got steps '
                          f'{self.steps}, warmup {self.warmup}, sessions {self.sessions}')
@@ -109,6 +120,8 @@ class Session:
     index: int
     prefill_ms: float
     step_ms: List[float]
+    constrained_ms: List[float] = field(default_factory=list)   # a constrained plan's steps
+    mask_us: List[float] = field(default_factory=list)   # their host grammar work
 
     @property
     def median_ms(self) -> float:
@@ -152,6 +165,14 @@ class Cell:
 
     def percentile(self, q: float) -> float:
         return percentile(self.samples, q)
+
+    @property
+    def constrained_samples(self) -> List[float]:
+        return [ms for s in self.sessions for ms in s.constrained_ms]
+
+    @property
+    def mask_samples(self) -> List[float]:
+        return [us for s in self.sessions for us in s.mask_us]
 
 
 def compare(baseline: Cell, cell: Cell) -> Comparison:
@@ -217,9 +238,47 @@ def timed_session(decoder: Decoder, ids: Sequence[int], plan: Plan,
     return prefill_ms, samples
 
 
+class _Allowed:
+    # What the decoder reads its mask from: the current reply's constraint's bits.
+    bits = None
+
+
+def constrained_session(decoder: Decoder, ids: Sequence[int], plan: Plan,
+                        new_constraint: Callable[[], object],
+                        stop: Callable[[], bool] = lambda: False
+                        ) -> Tuple[List[float], List[float]]:
+    """Prefill ids, then time plan.steps constrained steps; return (step_ms, mask_us)."""
+    allowed, constraint = _Allowed(), new_constraint()
+    allowed.bits = constraint.fill_bitmask()
+    token = decoder.prefill(ids, GREEDY, allowed)
+    steps, masks = [], []
+    gc.disable()
+    try:
+        for index in range(plan.warmup + plan.steps):
+            if stop():
+                raise Stopped()
+            start = time.perf_counter()
+            if constraint.advance(token) and not constraint.finished:
+                constraint.fill_bitmask()
+            masked = time.perf_counter()
+            if constraint.finished or constraint.dead_end:
+                # A finished reply: the next one's grammar, compiled outside the timing.
+                constraint = new_constraint()
+                allowed.bits = constraint.fill_bitmask()
+                start = masked = time.perf_counter()
+            token = decoder.step()
+            if index >= plan.warmup:
+                steps.append((time.perf_counter() - start) * 1000.0)
+                masks.append((masked - start) * 1e6)
+    finally:
+        gc.enable()
+    return steps, masks
+
+
 def run_session(engine: Engine, plan: Plan, mode: str, ctx: int, slot: int,
                 on_step: Callable[[float], None], stop: Callable[[], bool],
-                log: Callable[[str], None]) -> Tuple[str, Session]:
+                log: Callable[[str], None],
+                new_constraint: Optional[Callable[[], object]] = None) -> Tuple[str, Session]:
     """Start a fresh decoder, prefill ctx tokens, warm up, measure; return (backend, session)."""
     if stop():
         raise Stopped()
@@ -227,7 +286,28 @@ def run_session(engine: Engine, plan: Plan, mode: str, ctx: int, slot: int,
     decoder = engine.decoder   # local only: the next renew must be able to free this one
     ids = prompt_ids(vocab_size(engine), ctx, plan.seed, slot)
     prefill_ms, samples = timed_session(decoder, ids, plan, on_step, stop)
-    return decoder.info.backend, Session(slot, prefill_ms, samples)
+    session = Session(slot, prefill_ms, samples)
+    if new_constraint is not None:
+        session.constrained_ms, session.mask_us = constrained_session(
+            decoder, ids, plan, new_constraint, stop)
+    return decoder.info.backend, session
+
+
+def constraint_factory(engine: Engine, plan: Plan) -> Optional[Callable[[], object]]:
+    """Return what makes a fresh constraint per reply for a constrained plan (else None)."""
+    if not plan.output.constrained:
+        return None
+    # The model's own tokenizer, or plan.tokenizer (synthetic weights have none).
+    tokenizer, stop_ids = engine.tokenizer, engine.stop_ids
+    if plan.tokenizer:
+        from transformers import AutoTokenizer
+        tokenizer = AutoTokenizer.from_pretrained(plan.tokenizer)
+        stop_ids = [tokenizer.eos_token_id]
+    if tokenizer is None:
+        raise EngineError(f'{plan.model} has no tokenizer for its grammar: give a tokenizer')
+    vocabulary = Vocabulary(tokenizer, stop_ids, vocab_size(engine))
+    compile_constraint(vocabulary, plan.output)   # a bad schema fails before any session
+    return lambda: compile_constraint(vocabulary, plan.output)
 
 
 def _once(log: Callable[[str], None]) -> Callable[[str], None]:
@@ -274,6 +354,7 @@ def run(plan: Plan, listener: Listener = Listener(), stop: Callable[[], bool] = 
                 give_up(mode, exc)
             continue
         listener.loaded(engine)
+        new_constraint = constraint_factory(engine, plan)
         for ctx in plan.contexts:
             here = {mode: Cell(mode, mode, ctx) for mode in runnable}
             for slot in range(plan.sessions):
@@ -284,7 +365,8 @@ def run(plan: Plan, listener: Listener = Listener(), stop: Callable[[], bool] = 
                     try:
                         backend, session = run_session(
                             engine, plan, mode, ctx, slot,
-                            lambda ms, mode=mode: listener.step(mode, ctx, ms), stop, log)
+                            lambda ms, mode=mode: listener.step(mode, ctx, ms), stop, log,
+                            new_constraint)
                     except Exception as exc:   # noqa: B902 - recorded per mode, or raised again
                         give_up(mode, exc)
                         continue
@@ -323,6 +405,8 @@ def describe(plan: Plan) -> Dict[str, object]:
         'warmup_steps': plan.warmup, 'measured_steps': plan.steps, 'sessions': plan.sessions,
         'contexts': list(plan.contexts), 'modes': list(plan.modes), 'baseline': plan.baseline,
         'seed': plan.seed, 'record_unavailable': plan.record_unavailable,
+        'json_schema': plan.output.response_format or None,
+        'grammar': plan.output.grammar or None, 'tokenizer': plan.tokenizer or None,
         'session': 'Engine.renew: weights stay loaded; new KV cache, new CUDA graphs, '
                    'a real prefill of ctx random token ids (seeded by session slot)',
         'step_timing': 'time.perf_counter around decoder.step(), which waits for the device',
@@ -330,4 +414,9 @@ def describe(plan: Plan) -> Dict[str, object]:
         'speedup': 'mean of baseline session medians / mean of mode session medians; '
                    '95% CI: paired percentile bootstrap over session slots, 10000 resamples',
         'launch_fraction': '1 - 1/speedup, for a graph mode against its eager forward',
+        'constrained_step': 'a constrained plan: per session, after the free steps, a prefill '
+                            'with the grammar, then steps timed around the grammar work '
+                            '(advance by the last token, fill the next mask: mask_us) and '
+                            'decoder.step(); constrained_ratio_p50 / _p99: constrained step '
+                            'p50 / p99 over the free step p50 / p99',
     }

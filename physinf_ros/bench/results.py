@@ -25,6 +25,7 @@ import torch
 from .protocol import Cell
 from ..engine.device import device_index
 from ..measurement.roofline import cost_per_mtok, Floor, tokens_per_s
+from ..measurement.stats import percentile
 from ..measurement.targets import device_name, Target
 
 SCHEMA = 'physinf_ros.bench'
@@ -75,6 +76,18 @@ def cell_record(cell: Cell, floor: Optional[Floor], target: Target, info) -> Dic
         'prefill_ms': [s.prefill_ms for s in cell.sessions],
         'step_ms': [s.step_ms for s in cell.sessions],
     }
+    if cell.constrained_samples:
+        constrained = cell.constrained_samples
+        record.update({
+            'step_ms_p99': cell.percentile(99),
+            'constrained_step_ms_p50': percentile(constrained, 50),
+            'constrained_step_ms_p99': percentile(constrained, 99),
+            'constrained_ratio_p50': percentile(constrained, 50) / p50,
+            'constrained_ratio_p99': percentile(constrained, 99) / cell.percentile(99),
+            'mask_us_p50': percentile(cell.mask_samples, 50),
+            'mask_us_p99': percentile(cell.mask_samples, 99),
+            'constrained_step_ms': [s.constrained_ms for s in cell.sessions],
+            'mask_us': [s.mask_us for s in cell.sessions]})
     return {key: _finite(value) for key, value in record.items()}
 
 

@@ -116,3 +116,36 @@ def test_graph_ab_on_a_gpu(modes, tmp_path):
         assert cell['ci95_lo'] <= cell['speedup'] <= cell['ci95_hi']
     json_path, _ = results.write(doc, tmp_path / 'gpu.json')
     assert results.read(json_path)['cells'][0]['W_bytes'] == 15_009_857_536
+
+
+def test_a_constrained_plan_times_its_steps_beside_the_free_ones(tmp_path):
+    schema = tmp_path / 'goto.json'
+    schema.write_text(json.dumps({
+        'type': 'object', 'properties': {'room': {'enum': ['kitchen', 'office']},
+                                         'note': {'type': 'string', 'maxLength': 8}},
+        'required': ['room', 'note'], 'additionalProperties': False}))
+    out = tmp_path / 'constrained.json'
+    # 12 steps: more than one reply of this schema, so the next reply's grammar takes over.
+    result = run(*BENCH, '--model', 'embedded', '--device', 'cpu', '--modes', 'eager',
+                 '--contexts', '16', '--steps', '12', '--warmup', '1', '--sessions', '2',
+                 '--json-schema', str(schema), '--out', str(out))
+    assert result.returncode == 0, result.stderr
+    doc = results.read(out)
+    assert json.loads(doc['protocol']['json_schema'])['required'] == ['room', 'note']
+    cell = doc['cells'][0]
+    assert [len(s) for s in cell['constrained_step_ms']] == [12, 12]
+    assert [len(s) for s in cell['mask_us']] == [12, 12]
+    assert 0 < cell['mask_us_p50'] <= cell['mask_us_p99']
+    assert cell['constrained_ratio_p50'] == pytest.approx(
+        cell['constrained_step_ms_p50'] / cell['step_ms_p50'])
+    # The grammar's work is inside the constrained step's interval.
+    for steps, masks in zip(cell['constrained_step_ms'], cell['mask_us']):
+        assert all(ms * 1000 > us for ms, us in zip(steps, masks))
+
+
+def test_a_schema_that_is_not_json_is_refused_before_loading(tmp_path):
+    schema = tmp_path / 'bad.json'
+    schema.write_text('{"type": ')
+    result = run(*BENCH, '--model', 'embedded', '--json-schema', str(schema))
+    assert result.returncode == 2
+    assert '--json-schema: response_format is not JSON' in result.stderr
