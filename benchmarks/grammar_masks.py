@@ -121,6 +121,8 @@ def row(library, tokenizer, walked):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--tokenizer', metavar='DIR',
+                        help="a tokenizer's directory (default: the embedded model's)")
     parser.add_argument('--train-128k', metavar='DIR',
                         help='also measure a 128256-token BPE, trained into DIR if absent')
     parser.add_argument('--schemas', default=config_path('robot_schemas.yaml'))
@@ -130,7 +132,7 @@ def main():
     from transformers import AutoTokenizer
     with open(args.schemas) as f:
         schemas = yaml.safe_load(f)
-    paths = [resolve('embedded').path]
+    paths = [args.tokenizer or resolve('embedded').path]
     if args.train_128k:
         if not os.path.isdir(args.train_128k):
             train_tokenizer(128256, args.train_128k)

@@ -1,0 +1,55 @@
+"""Constrained replies on the GPU: the graphed step's masked choice, against eager and schemas."""
+
+import json
+
+import jsonschema
+from physinf_ros.engine import load, Sampling
+from physinf_ros.resources import config_path
+from physinf_ros.structured import OutputFormat
+import pytest
+import yaml
+
+SCHEMAS = yaml.safe_load(config_path('robot_schemas.yaml').read_text())
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope='module')
+def engines():
+    return {backend: load('embedded', backend=backend, device='cuda', dtype='bfloat16',
+                          max_context=1024) for backend in ('graphed', 'eager')}
+
+
+def reply(engine, entry, sampling=Sampling()):
+    prompt = (f'Answer with one JSON object following this JSON schema: '
+              f'{json.dumps(entry["schema"])}\nTask: {entry["name"].replace("_", " ")}.')
+    generation = engine.generate(engine.encode(prompt), 160, sampling,
+                                 output=OutputFormat(json.dumps(entry['schema'])))
+    list(generation)
+    return generation
+
+
+def test_graphed_replies_equal_eager_ones_and_follow_their_schemas(engines):
+    assert engines['graphed'].info.backend == 'graphed'
+    for entry in SCHEMAS:
+        graphed, eager = reply(engines['graphed'], entry), reply(engines['eager'], entry)
+        assert graphed.token_ids == eager.token_ids, entry['name']
+        assert graphed.finish_reason == 'eos', (entry['name'], graphed.detail)
+        jsonschema.validate(json.loads(graphed.text), entry['schema'])
+
+
+def test_graphed_sampled_replies_follow_their_schemas(engines):
+    for entry in SCHEMAS[:8]:
+        generation = reply(engines['graphed'], entry, Sampling(temperature=1.0, seed=7))
+        assert generation.finish_reason == 'eos', (entry['name'], generation.detail)
+        jsonschema.validate(json.loads(generation.text), entry['schema'])
+
+
+def test_a_free_reply_after_a_constrained_one_is_the_free_reply(engines):
+    engine = engines['graphed']
+    ids = engine.encode('What is the capital of France?')
+    before = engine.generate(ids, 24)
+    list(before)
+    reply(engine, SCHEMAS[0])
+    after = engine.generate(ids, 24)
+    list(after)
+    assert after.token_ids == before.token_ids
