@@ -38,7 +38,7 @@ from .common import (close, create_lifecycle_services, descriptor, DIAGNOSTICS_Q
                      has_lifecycle_handlers, LATENCY_QOS, publish_guarded, SERVICES_QOS,
                      start_ros, status, Updater)
 from .decoder_interface import EVENTS_QOS, Generate, PROMPT_QOS, TOKENS_QOS
-from .entry import spin_once
+from .entry import held_signals, spin_once
 from .instance_claim import claim_name, NameTaken, NameWatch
 from ..engine import EngineError, load, Sampling
 from ..measurement.roofline import LiveFloor
@@ -48,6 +48,12 @@ from ..serving.prompts import admit, too_long, truncation_limit
 from ..serving.request_queue import Ledger, Request, RequestQueue
 
 CANCELLED_BY_CLIENT = 'cancelled by its client'
+SHUTTING_DOWN = 'node shutting down'
+# On SIGINT/SIGTERM the requests get this long to end before the node ends them itself, then
+# the executor spins this long more so their results reach their clients. Bounded well within
+# the 5 s after which ros2 launch follows its SIGINT with SIGTERM.
+STOP_WAIT_S = 2.0
+RESULTS_SEND_S = 0.5
 # Why a prompt is refused in each state other than active.
 NOT_SERVING = {
     'unconfigured': 'decoder is unconfigured: configure and activate it first',
@@ -86,6 +92,25 @@ class GoalReply:
 
     def end(self, outcome: Dict[str, Any], text: str) -> None:
         self._done.set_result((outcome, text))
+
+
+class Executing:
+    """Counts the goals whose execute callback runs: while any does, a result is on its way."""
+
+    def __init__(self):
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def __enter__(self):
+        with self._lock:
+            self._count += 1
+
+    def __exit__(self, *exc):
+        with self._lock:
+            self._count -= 1
+
+    def __bool__(self) -> bool:
+        return self._count > 0
 
 
 def _cancel_marked(goal_handle) -> Future:
@@ -178,6 +203,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
         self.diagnostics.add(self._decoder_status)
         self.create_timer(1.0, self.diagnostics.update)
         self._goals: Dict[str, Request] = {}   # by goal id, from acceptance to their end
+        self._executing = Executing()
         if Generate is None:
             self.get_logger().warning(
                 'the Generate action is off: physinf_ros_interfaces is not built or not '
@@ -245,7 +271,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
         return TransitionCallbackReturn.SUCCESS
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._stop_serving('finalized', 'node shutting down')
+        self._stop_serving('finalized', SHUTTING_DOWN)
         self._release()
         self.get_logger().info('shut down (lifecycle): exiting')
         return TransitionCallbackReturn.SUCCESS
@@ -394,6 +420,10 @@ class DecoderNode(LifecycleNodeMixin, Node):
     # -- the Generate action ------------------------------------------------------------------
     async def _execute_goal(self, goal_handle):
         """Serve one goal through the shared queue; its result is the request's end."""
+        with self._executing:
+            return await self._serve_goal(goal_handle)
+
+    async def _serve_goal(self, goal_handle):
         goal = goal_handle.request
         goal_id = str(uuid.UUID(bytes=bytes(goal_handle.goal_id.uuid)))
         done = Future()
@@ -490,20 +520,24 @@ class DecoderNode(LifecycleNodeMixin, Node):
                 else:
                     self._decode(request)
             except Exception as exc:  # noqa: B902 - report, then keep serving
-                self._ledger.count('errors')
                 self.get_logger().error(f'request {request.id} failed: {exc}')
                 self._end(request, '', 'error', f'decoding failed: {exc}')
             finally:
                 queue.done()
 
     def _end(self, request: Request, text: str, event: str, reason: str, **extra) -> None:
-        """Publish a request's last event and hand its reply and outcome to its client."""
+        """Count and publish a request's last event, hand its reply and outcome to its client."""
+        if not request.end_once():
+            return   # the node ended it already, stopping (stop_on_signal)
+        if event == 'error':
+            self._ledger.count('errors')
+        else:
+            self._ledger.count('finished', *(['cancelled'] if reason == 'cancelled' else []))
         self._event(event, request.id, reason, request.goal_id, **extra)
         request.reply.end({'event': event, 'reason': reason, **extra}, text)
 
     def _finish_unstarted(self, request: Request) -> None:
         # Cancelled while waiting: it ends like any other request, with an empty reply.
-        self._ledger.count('finished', 'cancelled')
         self._end(request, '', 'finished', 'cancelled',
                   detail=request.cancel_detail or 'cancelled while waiting',
                   tokens=0, steps=0, ttft_ms=None, tokens_per_s=0.0)
@@ -527,7 +561,6 @@ class DecoderNode(LifecycleNodeMixin, Node):
                 self._publish(self._latency_pub, Float64(data=piece.step_ms))
         self._last_ttft_ms = generation.ttft_ms
         reason = generation.finish_reason
-        self._ledger.count('finished', *(['cancelled'] if reason == 'cancelled' else []))
         steps = generation.step_ms
         extra = {}
         if reason == 'cancelled' and request.steps_at_cancel is not None:
@@ -584,11 +617,44 @@ class DecoderNode(LifecycleNodeMixin, Node):
                        + (f': configure failed: {self.configure_error}' if failed else ''),
                        values, str(values['device']))]
 
+    def stop_on_signal(self, executor) -> None:
+        """
+        On SIGINT/SIGTERM: end every request as the shutdown transition does, and deliver it.
+
+        Running and waiting requests end as cancelled (node shutting down), and the executor
+        spins until every goal's result has gone to its client: a goal's execute callback
+        resumes in the executor, and its result goes out from there. A request still running
+        after STOP_WAIT_S (a prefill cannot be interrupted) is ended here, with the same
+        outcome. Further signals meanwhile are only noted: this takes at most
+        STOP_WAIT_S + RESULTS_SEND_S.
+        """
+        with held_signals():
+            with self._serving:
+                self.state = 'finalized'
+                queue = self._queue
+            current, waiting = queue.cancel_all(SHUTTING_DOWN) if queue else (None, [])
+            open_requests = ([current] if current else []) + waiting
+            self.get_logger().info(f'stopping: ending {len(open_requests)} requests '
+                                   f'({SHUTTING_DOWN})')
+            deadline = time.monotonic() + STOP_WAIT_S
+            while time.monotonic() < deadline and (
+                    self._executing or (queue is not None and not queue.wait_idle(0.0))):
+                executor.spin_once(timeout_sec=0.02)
+            for request in open_requests:
+                if not request.ended:
+                    self.get_logger().warning(f'request {request.id} did not end within '
+                                              f'{STOP_WAIT_S:.0f} s: ending it now')
+                    self._end(request, '', 'finished', 'cancelled', detail=SHUTTING_DOWN,
+                              tokens=0, steps=request.steps, ttft_ms=None, tokens_per_s=0.0)
+            sent_by = time.monotonic() + RESULTS_SEND_S
+            while time.monotonic() < sent_by:
+                executor.spin_once(timeout_sec=0.02)
+
     def shutdown(self) -> None:
-        """On SIGINT/SIGTERM: end every request as cancelled within about a step, then stop."""
+        """Stop the worker: its requests end as cancelled within about a step."""
         self._stopping.set()
         # A long prefill cannot be interrupted; the worker is a daemon, so do not wait long.
-        self._stop_serving('finalized', 'node shutting down', timeout=1.0)
+        self._stop_serving('finalized', SHUTTING_DOWN, timeout=1.0)
         self._worker_stop.set()
         if self._worker is not None:
             self._worker.join(timeout=1.0)
@@ -606,6 +672,7 @@ def main(args=None) -> int:
         return 1
     logger = rclpy.logging.get_logger('decoder')
     node = None
+    executor = None
     code = 0
     try:
         # Before any model loads: give way to a decoder that runs under this name already.
@@ -635,7 +702,11 @@ def main(args=None) -> int:
             if finalized_at is None and node.state == 'finalized':
                 # The shutdown transition is done: a moment more to send its answer, then exit.
                 finalized_at = time.monotonic()
-    except (KeyboardInterrupt, ExternalShutdownException):
+    except KeyboardInterrupt:
+        # Ctrl-C, SIGTERM, or ros2 launch stopping: every client gets its result first.
+        if node is not None and executor is not None:
+            node.stop_on_signal(executor)
+    except ExternalShutdownException:
         pass
     except NameTaken as exc:
         logger.fatal(str(exc))

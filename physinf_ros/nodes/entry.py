@@ -13,9 +13,12 @@ the node ends its requests and says so. While the main thread is in an executor'
 exception would unwind through code not written for it (RELIABILITY.md, Cancellation). Every
 signal is also noted: Python drops an exception raised while the main thread runs a finalizer
 (a garbage collection during the model load once swallowed one, and the node served on), so
-the next spin_once raises it, and Python's report of the dropped one is not printed.
+the next spin_once raises it, and Python's report of the dropped one is not printed. Once the
+node is stopping (held_signals), a further signal is only noted: the node is delivering its
+requests' results, within a bounded time, and a signal raised into that would lose them.
 """
 
+from contextlib import contextmanager
 import importlib
 import os
 import signal
@@ -76,6 +79,16 @@ def spin_once(executor, timeout_sec: float) -> None:
         _Held.spinning = False
     if _Held.pending:
         raise KeyboardInterrupt
+
+
+@contextmanager
+def held_signals():
+    """Within the block, SIGINT and SIGTERM are noted, never raised: the node is stopping."""
+    _Held.spinning = True
+    try:
+        yield
+    finally:
+        _Held.spinning = False
 
 
 def _run(module: str) -> int:

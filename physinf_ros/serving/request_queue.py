@@ -30,6 +30,8 @@ class Request:
     goal_id: Optional[str] = None          # the action goal it serves; None for a topic prompt
     reply: Any = None                      # where its pieces and end go (the node's sink)
     _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
+    _ended: bool = field(default=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def cancel(self, detail: str = '') -> None:
         """Ask the request to stop; the first call records when (in steps and time) and why."""
@@ -42,6 +44,16 @@ class Request:
     @property
     def cancelled(self) -> bool:
         return self._cancel.is_set()
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    def end_once(self) -> bool:
+        """Mark the request ended; True only for the first call (its one outcome is sent)."""
+        with self._lock:
+            first, self._ended = not self._ended, True
+            return first
 
 
 class RequestQueue:
