@@ -38,7 +38,7 @@ def with_given(params: Iterable, start: Callable[[Dict[str, Any]], list]) -> Opa
 
 
 def given(params: Iterable, texts: Dict[str, str]) -> Dict[str, Any]:
-    """Return the launch arguments that were given (not empty), each typed as its parameter."""
+    """Return each launch argument not left empty (not given), typed as its parameter."""
     return {p.name: typed(p, texts[p.name]) for p in params
             if texts.get(p.name, NOT_GIVEN) != NOT_GIVEN}
 
