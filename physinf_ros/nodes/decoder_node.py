@@ -30,11 +30,12 @@ from rclpy.exceptions import ParameterException
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNodeMixin, LifecycleState, TransitionCallbackReturn
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 from rclpy.task import Future
 from std_msgs.msg import Float64, String
 from std_srvs.srv import Trigger
 
-from .common import (close, create_lifecycle_services, descriptor, DIAGNOSTICS_QOS,
+from .common import (close, create_lifecycle_services, descriptor, DIAGNOSTICS_QOS, fix_types,
                      has_lifecycle_handlers, LATENCY_QOS, publish_guarded, SERVICES_QOS,
                      start_ros, status, Updater)
 from .decoder_interface import EVENTS_QOS, Generate, PROMPT_QOS, TOKENS_QOS
@@ -60,6 +61,13 @@ NOT_SERVING = {
     'configuring': 'decoder is configuring (loading its model): activate it once configured',
     'inactive': 'decoder is inactive: activate it first',
     'finalized': 'decoder is shut down: start a new one',
+}
+# What leads back to unconfigured, where configure-time parameters change, from each state.
+TO_UNCONFIGURED = {
+    'configuring': 'once configured, clean it up',
+    'inactive': 'clean it up first',
+    'active': 'deactivate it, then clean it up',
+    'finalized': 'it is shut down: start a new one with the new value',
 }
 
 
@@ -155,8 +163,10 @@ class DecoderNode(LifecycleNodeMixin, Node):
                                       'the lifecycle services keep its default QoS (depth 10)')
         for param in DECODER_PARAMS:
             self.declare_parameter(param.name, param.default, descriptor(param, managed=True))
-        self.declare_parameter(AUTOSTART.name, AUTOSTART.default, descriptor(AUTOSTART))
-        self.add_on_set_parameters_callback(self._on_set_parameters)
+        # Read-only once its type is fixed (fix_types): rclpy sets no descriptor on a read-only one.
+        untyped = descriptor(AUTOSTART)
+        untyped.read_only = False
+        self.declare_parameter(AUTOSTART.name, AUTOSTART.default, untyped)
         self._settings = {p.name: self.get_parameter(p.name).value for p in DECODER_PARAMS}
         for name, value in self._settings.items():
             reason = check(name, value, self._settings)
@@ -166,6 +176,9 @@ class DecoderNode(LifecycleNodeMixin, Node):
         reason = check_value(AUTOSTART, self.autostart)
         if reason:
             raise EngineError(f'parameter {reason}')
+        fix_types(self, DECODER_PARAMS, managed=True)
+        fix_types(self, [AUTOSTART])
+        self.add_on_set_parameters_callback(self._on_set_parameters)
 
         self.state = 'unconfigured'
         self.engine = None
@@ -311,6 +324,22 @@ class DecoderNode(LifecycleNodeMixin, Node):
         return '' if allocated is None else f'; CUDA memory allocated {allocated / 2**20:.1f} MiB'
 
     # -- parameters ---------------------------------------------------------------------------
+    def set_parameters_atomically(self, parameter_list) -> SetParametersResult:
+        """Refuse a value of another type than its parameter's first, with the table's reason."""
+        # rclpy would refuse it too (the types are fixed), with only type names as its reason.
+        for param in parameter_list:
+            spec = PARAMS_BY_NAME.get(param.name)
+            if spec is not None and param.type_ != Parameter.Type.NOT_SET \
+                    and type(param.value) is not type(spec.default):
+                reason = check_value(spec, param.value)
+                self.get_logger().warning(f'parameter change refused: {reason}')
+                return SetParametersResult(successful=False, reason=reason)
+        return super().set_parameters_atomically(parameter_list)
+
+    def set_parameters(self, parameter_list) -> List[SetParametersResult]:
+        """Set each parameter on its own, as rclpy does, each through the type check above."""
+        return [self.set_parameters_atomically([param]) for param in parameter_list]
+
     def _on_set_parameters(self, params) -> SetParametersResult:
         # Checked against the settings as this call would leave them (system_prompt against
         # max_prompt_bytes, set together or apart).
@@ -320,7 +349,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
             if reason is None and PARAMS_BY_NAME[param.name].read_only \
                     and self.state != 'unconfigured':
                 reason = (f'{param.name} is read at configure: change it while the node is '
-                          f'unconfigured (now {self.state}; deactivate and clean up first)')
+                          f'unconfigured (now {self.state}: {TO_UNCONFIGURED[self.state]})')
             if reason:
                 self.get_logger().warning(f'parameter change refused: {reason}')
                 return SetParametersResult(successful=False, reason=reason)
