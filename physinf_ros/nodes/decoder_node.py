@@ -163,7 +163,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
                                       'the lifecycle services keep its default QoS (depth 10)')
         for param in DECODER_PARAMS:
             self.declare_parameter(param.name, param.default, descriptor(param, managed=True))
-        # Read-only once its type is fixed (fix_types): rclpy sets no descriptor on a read-only one.
+        # Read-only once its type is fixed (fix_types): rclpy sets no descriptor on read-only ones.
         untyped = descriptor(AUTOSTART)
         untyped.read_only = False
         self.declare_parameter(AUTOSTART.name, AUTOSTART.default, untyped)

@@ -81,7 +81,7 @@ def test_starts_unconfigured_and_refuses_prompts_naming_the_state(managed):
 
 
 def described(harness, name):
-    """The (descriptor, value) of one parameter, through the node's parameter services."""
+    """Return the descriptor and value of one parameter, from the node's parameter services."""
     probe = harness.probe
     desc, = harness.call(probe.describe_client,
                          DescribeParameters.Request(names=[name])).descriptors
