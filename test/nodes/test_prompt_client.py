@@ -1,8 +1,8 @@
 """prompt_client refuses a prompt it cannot send whole: a NUL would cut it below rclpy."""
 
-import pytest
 from physinf_ros.nodes import prompt_client
 from physinf_ros.serving.prompts import unsendable
+import pytest
 import rclpy
 from rclpy.serialization import deserialize_message, serialize_message
 from std_msgs.msg import String
