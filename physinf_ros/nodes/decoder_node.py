@@ -48,7 +48,11 @@ from ..serving.params import AUTOSTART, check, check_value, DECODER_PARAMS, PARA
 from ..serving.prompts import admit, too_long, truncation_limit
 from ..serving.request_queue import Ledger, Request, RequestQueue
 
+# What cancelled a request: its finished event's and its goal result's detail say it.
 CANCELLED_BY_CLIENT = 'cancelled by its client'
+CANCELLED_BY_CANCEL = 'cancelled by a ~/cancel call'
+CANCELLED_BY_CANCEL_ALL = 'cancelled by a ~/cancel_all call'
+CLIENT_GONE = 'its action client disappeared'
 SHUTTING_DOWN = 'node shutting down'
 # On SIGINT/SIGTERM the requests get this long to end before the node ends them itself, then
 # the executor spins this long more so their results reach their clients. Bounded well within
@@ -483,9 +487,8 @@ class DecoderNode(LifecycleNodeMixin, Node):
 
     def _cancel_goal(self, goal_handle) -> CancelResponse:
         request = self._goals.get(str(uuid.UUID(bytes=bytes(goal_handle.goal_id.uuid))))
-        if request is None:
-            return CancelResponse.REJECT   # it has ended already
-        request.cancel(CANCELLED_BY_CLIENT)
+        if request is None or not request.cancel(CANCELLED_BY_CLIENT):
+            return CancelResponse.REJECT   # ended, ending, or being cancelled already
         self.get_logger().info(f'cancelling request {request.id} (goal {request.goal_id})')
         if self._queue.remove(request):
             self._finish_unstarted(request)   # waiting: it ends now, not when its turn comes
@@ -505,8 +508,8 @@ class DecoderNode(LifecycleNodeMixin, Node):
             return
         present = self._feedback_readers()
         for request in goals:
-            if request.reply.readers and not request.reply.readers & present:
-                request.cancel('its action client disappeared')
+            if request.reply.readers and not request.reply.readers & present \
+                    and request.cancel(CLIENT_GONE):
                 self.get_logger().warning(f'request {request.id} (goal {request.goal_id}): '
                                           'its action client disappeared; cancelling it')
 
@@ -517,21 +520,28 @@ class DecoderNode(LifecycleNodeMixin, Node):
             response.success = False
             response.message = 'nothing to cancel: no request running' + (
                 f' ({waiting} waiting; ~/cancel_all drops them)' if waiting else '')
-        else:
-            current.cancel()
+        elif current.cancel(CANCELLED_BY_CANCEL):
             response.success, response.message = True, f'cancelling request {current.id}'
             self.get_logger().info(response.message)
+        else:   # one cancel per request succeeds; later ones say why there is nothing to do
+            response.success = False
+            response.message = f'nothing to cancel: request {current.id} is ' + (
+                f'being cancelled already ({current.cancel_detail})' if current.cancelled
+                else 'ending already (its last step is done)')
         return response
 
     def _on_cancel_all(self, request, response):
         queue = self._queue
-        current, waiting = queue.cancel_all() if queue is not None else (None, [])
+        current, waiting = (queue.cancel_all(CANCELLED_BY_CANCEL_ALL) if queue is not None
+                            else (None, []))
         parts = ([f'request {current.id} (running)'] if current else []) + (
             [f'{len(waiting)} waiting ({", ".join(str(r.id) for r in waiting)})']
             if waiting else [])
         response.success = bool(parts)
+        # Requests cancelled already (by an earlier call) are not cancelled again.
         response.message = ('cancelling ' + ' and '.join(parts) if parts
-                            else 'nothing to cancel: no request running or waiting')
+                            else 'nothing to cancel: no request running or waiting that is '
+                            'not being cancelled already')
         self.get_logger().info(response.message)
         return response
 
@@ -567,8 +577,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
 
     def _finish_unstarted(self, request: Request) -> None:
         # Cancelled while waiting: it ends like any other request, with an empty reply.
-        self._end(request, '', 'finished', 'cancelled',
-                  detail=request.cancel_detail or 'cancelled while waiting',
+        self._end(request, '', 'finished', 'cancelled', detail=request.cancel_detail,
                   tokens=0, steps=0, ttft_ms=None, tokens_per_s=0.0)
 
     def _decode(self, request: Request) -> None:
@@ -589,7 +598,11 @@ class DecoderNode(LifecycleNodeMixin, Node):
                 self._latency.add(piece.step_ms)
                 self._publish(self._latency_pub, Float64(data=piece.step_ms))
         self._last_ttft_ms = generation.ttft_ms
-        reason = generation.finish_reason
+        # One story per request: from here a cancel is refused (its caller told there is nothing
+        # to cancel), and one accepted before now ends the request cancelled, even one that came
+        # after the engine's last look (its reply then whole, and its detail says both).
+        request.settle()
+        reason = 'cancelled' if request.cancelled else generation.finish_reason
         steps = generation.step_ms
         extra = {}
         if reason == 'cancelled' and request.steps_at_cancel is not None:
@@ -597,7 +610,8 @@ class DecoderNode(LifecycleNodeMixin, Node):
             extra = {'steps_after_cancel': len(steps) - request.steps_at_cancel,
                      'cancel_ms': round((time.monotonic() - request.cancelled_at) * 1000, 3)}
         self._end(request, generation.text, 'finished', reason,
-                  detail=generation.detail or request.cancel_detail,
+                  detail='; '.join(filter(None, [
+                      request.cancel_detail if reason == 'cancelled' else '', generation.detail])),
                   tokens=len(generation.token_ids), steps=len(steps),
                   ttft_ms=round(generation.ttft_ms, 3),
                   tokens_per_s=round(generation.tokens_per_s, 2), **extra)
@@ -661,8 +675,10 @@ class DecoderNode(LifecycleNodeMixin, Node):
             with self._serving:
                 self.state = 'finalized'
                 queue = self._queue
-            current, waiting = queue.cancel_all(SHUTTING_DOWN) if queue else (None, [])
+            current, waiting = queue.snapshot() if queue else (None, [])
             open_requests = ([current] if current else []) + waiting
+            if queue is not None:
+                queue.cancel_all(SHUTTING_DOWN)
             self.get_logger().info(f'stopping: ending {len(open_requests)} requests '
                                    f'({SHUTTING_DOWN})')
             deadline = time.monotonic() + STOP_WAIT_S

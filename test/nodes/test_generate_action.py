@@ -18,6 +18,7 @@ from action_msgs.msg import GoalStatus  # noqa: E402, I100 - after the skip
 from physinf_ros_interfaces.action import Generate  # noqa: E402
 from rclpy.action import ActionClient  # noqa: E402
 from ros_harness import Probe, serving_decoder, TEST_DEVICE  # noqa: E402
+from std_srvs.srv import Trigger  # noqa: E402
 
 NAMESPACE = f'/act{os.getpid()}'
 LONG_STORY = 'Write a long story about a robot who learns to paint.'
@@ -110,6 +111,23 @@ def test_each_client_cancels_only_its_own_goal(harness):
         goal_id = str(uuid.UUID(bytes=bytes(goal.handle.goal_id.uuid)))
         kinds = [e['event'] for e in events if e['goal_id'] == goal_id]
         assert kinds[0] == 'accepted' and kinds[-1] == 'finished' and kinds.count('finished') == 1
+
+
+@pytest.mark.parametrize('service, detail', [
+    ('cancel', 'cancelled by a ~/cancel call'),
+    ('cancel_all', 'cancelled by a ~/cancel_all call'),
+])
+def test_a_goal_cancelled_by_the_nodes_service_is_aborted_saying_which(harness, service,
+                                                                       detail):
+    probe = harness.probe
+    running = Goal(harness, probe.generate_clients[0], prompt=LONG_STORY, max_new_tokens=400)
+    harness.wait_for(lambda: len(running.pieces) >= 3, 60, 'three pieces')
+    client = probe.cancel_client if service == 'cancel' else probe.cancel_all_client
+    assert harness.call(client, Trigger.Request()).success
+    result = running.wait()
+    assert running.status == GoalStatus.STATUS_ABORTED   # not the client's own cancel
+    assert result.finish_reason == 'cancelled' and result.detail == detail
+    assert 0 < result.tokens < 400
 
 
 @pytest.mark.parametrize('fields, words', [
