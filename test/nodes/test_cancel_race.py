@@ -62,11 +62,12 @@ class Reply:
 
 
 def worker_of(generation_at):
-    """A DecoderNode's worker half, with no ROS: what _decode and _end need."""
+    """Make a DecoderNode's worker half, with no ROS: what _decode and _end need."""
     node = DecoderNode.__new__(DecoderNode)
-    node.engine = type('Engine', (), {'generate': lambda self, ids, n, sampling, cancelled:
-                                      Generation(node.request, generation_at,
-                                                                 cancelled)})()
+
+    def generate(ids, max_new_tokens, sampling, cancelled):
+        return Generation(node.request, generation_at, cancelled)
+    node.engine = type('Engine', (), {'generate': staticmethod(generate)})()
     node._intervals, node._latency, node._ledger = TokenIntervals(), LatencyWindow(), Ledger()
     node._latency_pub, node._publish = None, lambda publisher, msg: None
     node.events = []
