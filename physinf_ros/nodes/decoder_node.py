@@ -40,6 +40,7 @@ from .common import (close, create_lifecycle_services, descriptor, DIAGNOSTICS_Q
                      start_ros, status, Updater)
 from .decoder_interface import EVENTS_QOS, Generate, PROMPT_QOS, TOKENS_QOS
 from .entry import held_signals, spin_once
+from .goal_clients import GoalClients
 from .instance_claim import claim_name, NameTaken, NameWatch
 from ..engine import EngineError, load, Sampling
 from ..measurement.roofline import LiveFloor
@@ -228,12 +229,18 @@ class DecoderNode(LifecycleNodeMixin, Node):
                 'the topics serve as usual')
         else:
             # Reentrant: every goal's execute waits (without a thread) for its request's end.
-            ActionServer(self, Generate, '~/generate', execute_callback=self._execute_goal,
-                         cancel_callback=self._cancel_goal,
-                         callback_group=ReentrantCallbackGroup(),
-                         goal_service_qos_profile=SERVICES_QOS,
-                         result_service_qos_profile=SERVICES_QOS,
-                         cancel_service_qos_profile=SERVICES_QOS)
+            server = ActionServer(
+                self, Generate, '~/generate', execute_callback=self._execute_goal,
+                cancel_callback=self._cancel_goal, callback_group=ReentrantCallbackGroup(),
+                goal_service_qos_profile=SERVICES_QOS, result_service_qos_profile=SERVICES_QOS,
+                cancel_service_qos_profile=SERVICES_QOS)
+            self._goal_clients = GoalClients(self, server, Generate,
+                                             f'{self.get_fully_qualified_name()}/generate')
+            if self._goal_clients.unavailable:
+                self.get_logger().warning(
+                    'goals cannot be tied to their clients (service introspection: '
+                    f'{self._goal_clients.unavailable}): a goal is cancelled once none of the '
+                    'action clients present when it came is left')
             self.create_timer(0.2, self._watch_goal_clients)
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -467,6 +474,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
             return Generate.Result(finish_reason='rejected', detail=refused)
         outcome, text = await done
         request = self._goals.pop(goal_id)
+        self._goal_clients.forget(goal_id)
         finished = outcome['event'] == 'finished'
         reason = outcome['reason'] if finished else 'error'
         if reason in ('eos', 'length'):
@@ -501,15 +509,18 @@ class DecoderNode(LifecycleNodeMixin, Node):
                          for info in self.get_subscriptions_info_by_topic(topic))
 
     def _watch_goal_clients(self) -> None:
-        # A goal's client is one of the feedback readers that were there when it came (the
-        # middleware does not say which); once none of those is left, its client has gone.
+        # A goal's client is known from its send_goal event (goal_clients.py); until that event
+        # has come (or without introspection), it is one of the feedback readers that were
+        # there when the goal came, and gone once none of those is left.
         goals = [r for r in list(self._goals.values()) if not r.cancelled]
         if not goals:
             return
-        present = self._feedback_readers()
+        clients, readers = self._goal_clients.present(), self._feedback_readers()
         for request in goals:
-            if request.reply.readers and not request.reply.readers & present \
-                    and request.cancel(CLIENT_GONE):
+            client = self._goal_clients.client_of(request.goal_id)
+            gone = (client not in clients if client is not None
+                    else request.reply.readers and not request.reply.readers & readers)
+            if gone and request.cancel(CLIENT_GONE):
                 self.get_logger().warning(f'request {request.id} (goal {request.goal_id}): '
                                           'its action client disappeared; cancelling it')
 
