@@ -72,8 +72,8 @@ def test_second_decoder_of_the_same_name_exits_1_and_the_first_keeps_serving(
 
 # A decoder whose first listening heard nothing (as when discovery is slow on a busy host). It
 # does not listen at all: listening for 0 s still spun once, and on a fast host the first's name
-# came within that spin, so it was refused at start, not as these tests need (a CI run of
-# session 29). A decoder that hangs prints every thread's stack after 90 s, so the failure shows
+# came within that spin, so it was refused at start, not as these tests need (seen once on
+# CI). A decoder that hangs prints every thread's stack after 90 s, so the failure shows
 # where.
 DEAF_AT_START = """
 import faulthandler
