@@ -14,8 +14,9 @@ exception would unwind through code not written for it (RELIABILITY.md, Cancella
 signal is also noted: Python drops an exception raised while the main thread runs a finalizer
 (a garbage collection during the model load once swallowed one, and the node served on), so
 the next spin_once raises it, and Python's report of the dropped one is not printed. Once the
-node is stopping (held_signals), a further signal is only noted: the node is delivering its
-requests' results, within a bounded time, and a signal raised into that would lose them.
+node is stopping, a further signal is only noted: the node is delivering its requests'
+results, within a bounded time, and a signal raised into that would lose them (held_signals
+holds even the first for a block).
 """
 
 from contextlib import contextmanager
@@ -62,9 +63,13 @@ def _unraisable(unraisable) -> None:
 
 def _interrupt(signum, frame):
     # Noted before it is raised: raised inside a finalizer (__del__, a weakref callback), the
-    # KeyboardInterrupt is printed and dropped, and the process would go on.
+    # KeyboardInterrupt is printed and dropped, and the process would go on. Only the first
+    # is raised: Ctrl-C on ros2 launch reaches the node twice at once (from the terminal and
+    # from launch), and a second KeyboardInterrupt would cut short the stop the first began;
+    # were the first dropped, the next spin_once raises it.
+    first = not _Held.pending
     _Held.pending = True
-    if not _Held.spinning:
+    if first and not _Held.spinning:
         raise KeyboardInterrupt
 
 
