@@ -47,9 +47,13 @@ def send_goal(harness, client, **fields):
     return handle.get_result_async(), pieces
 
 
-@pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM], ids=['SIGINT', 'SIGTERM'])
-def test_a_signal_delivers_every_goal_result_before_the_process_exits(signum, tmp_path, figures):
-    namespace = f'/stop{os.getpid()}{signum}'
+# Ctrl-C on ros2 launch: the terminal's SIGINT and launch's own reach the node together.
+@pytest.mark.parametrize('signals', [[signal.SIGINT], [signal.SIGTERM],
+                                     [signal.SIGINT, signal.SIGINT]],
+                         ids=['SIGINT', 'SIGTERM', 'Ctrl-C on ros2 launch'])
+def test_a_signal_delivers_every_goal_result_before_the_process_exits(signals, tmp_path,
+                                                                      figures):
+    namespace = f'/stop{os.getpid()}{len(signals)}{signals[0]}'
     gen = serving_decoder(namespace, tmp_path / 'decoder.log', device=TEST_DEVICE,
                           max_new_tokens=400, max_context=1024, queue_size=4,
                           probe_class=ClientsProbe)
@@ -72,13 +76,15 @@ def test_a_signal_delivers_every_goal_result_before_the_process_exits(signum, tm
         time.sleep(0.5)   # the clients' result requests are at the server by now
 
         start = time.monotonic()
-        harness.node.proc.send_signal(signum)
+        for signum in signals:
+            harness.node.proc.send_signal(signum)
         code = harness.node.proc.wait(timeout=EXIT_WITHIN_S + 10)
         seconds = time.monotonic() - start
         # Nothing more can come from a process that has gone: what counts arrived before.
         time.sleep(0.5)
         results = [future.result() if future.done() else None for future in [running] + waiting]
-        figures(f'stopped by {signal.Signals(signum).name}', exit_code=code,
+        figures('stopped by ' + ' + '.join(signal.Signals(s).name for s in signals),
+                exit_code=code,
                 seconds=round(seconds, 3),
                 results_delivered=sum(result is not None for result in results))
         assert code == 0, harness.node.log()
