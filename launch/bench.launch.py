@@ -1,4 +1,9 @@
-"""Start benchmark_node with config/bench.yaml, then the overrides given on the launch line."""
+"""
+Start benchmark_node with config/bench.yaml (params_file), then the parameters given as arguments.
+
+Every benchmark parameter is a launch argument (`contexts:=2048`, `sessions:=3`); one not given
+leaves params_file's value in place.
+"""
 
 import os
 
@@ -7,28 +12,28 @@ from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
-from physinf_ros.bench.params import PARAMS_BY_NAME
-from physinf_ros.launch_args import declare, overrides
+from physinf_ros.bench.params import BENCH_PARAMS
+from physinf_ros.nodes.launch_args import declare, with_given
 
-# The parameters a launch line may set; the rest come from params_file.
-ARGUMENTS = tuple(PARAMS_BY_NAME[name] for name in (
-    'model', 'modes', 'contexts', 'sessions', 'steps', 'warmup', 'exit_when_done'))
+
+def benchmark(given):
+    return [Node(
+        package='physinf_ros',
+        executable='benchmark_node',
+        name='benchmark',
+        namespace=LaunchConfiguration('namespace'),
+        output='screen',
+        emulate_tty=True,
+        parameters=[LaunchConfiguration('params_file')] + ([given] if given else []),
+    )]
 
 
 def generate_launch_description():
     defaults = os.path.join(get_package_share_directory('physinf_ros'), 'config', 'bench.yaml')
-    return LaunchDescription(declare(ARGUMENTS) + [
+    return LaunchDescription(declare(BENCH_PARAMS) + [
         DeclareLaunchArgument('namespace', default_value='',
                               description='namespace for the benchmark node and its topics'),
         DeclareLaunchArgument('params_file', default_value=defaults,
                               description='YAML with the benchmark parameters'),
-        Node(
-            package='physinf_ros',
-            executable='benchmark_node',
-            name='benchmark',
-            namespace=LaunchConfiguration('namespace'),
-            output='screen',
-            emulate_tty=True,
-            parameters=[LaunchConfiguration('params_file'), overrides(ARGUMENTS)],
-        ),
+        with_given(BENCH_PARAMS, benchmark),
     ])

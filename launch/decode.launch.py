@@ -1,4 +1,9 @@
-"""Start decoder_node with config/decoder.yaml, then the model/backend/autostart overrides."""
+"""
+Start decoder_node with config/decoder.yaml (params_file), then the parameters given as arguments.
+
+Every decoder parameter is a launch argument (`max_new_tokens:=32`, `temperature:=0.7`); one
+not given leaves params_file's value in place.
+"""
 
 import os
 
@@ -7,11 +12,22 @@ from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
-from physinf_ros.launch_args import declare, overrides
-from physinf_ros.serving.params import AUTOSTART, PARAMS_BY_NAME
+from physinf_ros.nodes.launch_args import declare, with_given
+from physinf_ros.serving.params import AUTOSTART, DECODER_PARAMS
 
-# The parameters a launch line may set; the rest come from params_file.
-ARGUMENTS = (PARAMS_BY_NAME['model'], PARAMS_BY_NAME['backend'], AUTOSTART)
+ARGUMENTS = DECODER_PARAMS + (AUTOSTART,)
+
+
+def decoder(given):
+    return [Node(
+        package='physinf_ros',
+        executable='decoder_node',
+        name='decoder',
+        namespace=LaunchConfiguration('namespace'),
+        output='screen',
+        emulate_tty=True,
+        parameters=[LaunchConfiguration('params_file')] + ([given] if given else []),
+    )]
 
 
 def generate_launch_description():
@@ -21,13 +37,5 @@ def generate_launch_description():
                               description='namespace for the decoder node and its topics'),
         DeclareLaunchArgument('params_file', default_value=defaults,
                               description='YAML with the decoder parameters'),
-        Node(
-            package='physinf_ros',
-            executable='decoder_node',
-            name='decoder',
-            namespace=LaunchConfiguration('namespace'),
-            output='screen',
-            emulate_tty=True,
-            parameters=[LaunchConfiguration('params_file'), overrides(ARGUMENTS)],
-        ),
+        with_given(ARGUMENTS, decoder),
     ])

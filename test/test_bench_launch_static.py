@@ -11,19 +11,28 @@ ROOT = Path(__file__).resolve().parent.parent
 LAUNCH = ROOT / 'launch' / 'bench.launch.py'
 
 
-def test_bench_launch_starts_benchmark_node_with_typed_overrides():
+def test_every_bench_parameter_is_a_launch_argument_and_only_given_ones_override():
     arguments, node = parts(describe('bench.launch.py'))
     assert node.kwargs['executable'] == 'benchmark_node' and node.kwargs['name'] == 'benchmark'
     assert {'benchmark_node', 'physinf-bench', 'physinf-report'} <= console_scripts()
-    params_file, overrides = node.kwargs['parameters']
-    assert set(overrides) == {'model', 'modes', 'contexts', 'sessions', 'steps', 'warmup',
-                              'exit_when_done'}
-    for name, value in overrides.items():
-        # A lone context such as 2048 stays a string; sessions an integer.
-        assert value.kwargs['value_type'] is type(PARAMS_BY_NAME[name].default)
-    assert set(arguments) == set(overrides) | {'namespace', 'params_file'}
+    assert set(arguments) == {p.name for p in BENCH_PARAMS} | {'namespace', 'params_file'}
     assert all(argument.kwargs['description'] for argument in arguments.values())
+    assert all(arguments[p.name].kwargs['default_value'] == '' for p in BENCH_PARAMS)
+    params_file, = node.kwargs['parameters']   # nothing given: params_file's values hold
+    assert params_file.args == ('params_file',)
     assert "'config', 'bench.yaml'" in LAUNCH.read_text()
+
+
+def test_given_bench_arguments_reach_the_node_typed():
+    given = {'contexts': '2048', 'sessions': '3', 'price_per_hour': '2', 'exit_when_done': 'true',
+             'out_dir': '/tmp/bench'}
+    _, node = parts(describe('bench.launch.py'), **given)
+    _, overrides = node.kwargs['parameters']
+    # A lone context such as 2048 stays a string; sessions an integer; a price a float.
+    assert overrides == {'contexts': '2048', 'sessions': 3, 'price_per_hour': 2.0,
+                         'exit_when_done': True, 'out_dir': '/tmp/bench'}
+    for name, value in overrides.items():
+        assert type(value) is type(PARAMS_BY_NAME[name].default)
 
 
 def test_bench_config_names_every_parameter_with_its_default():

@@ -5,7 +5,8 @@ from typing import Any, Callable, Dict, Iterable, List
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from lifecycle_msgs.srv import ChangeState, GetAvailableStates, GetAvailableTransitions, GetState
-from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescriptor,
+                                ParameterType)
 import rclpy
 from rclpy._rclpy_pybind11 import RCLError
 from rclpy.lifecycle import LifecycleNodeMixin
@@ -57,20 +58,29 @@ def create_lifecycle_services(node, callback_group) -> None:
                             qos_profile=SERVICES_QOS, callback_group=callback_group)
 
 
-def descriptor(param, managed: bool = False) -> ParameterDescriptor:
+PARAMETER_TYPES = {bool: ParameterType.PARAMETER_BOOL, int: ParameterType.PARAMETER_INTEGER,
+                   float: ParameterType.PARAMETER_DOUBLE, str: ParameterType.PARAMETER_STRING}
+
+
+def descriptor(param, managed: bool = False, typed: bool = False) -> ParameterDescriptor:
     """
-    Build the ROS parameter descriptor of a config.Param: description, range, read-only.
+    Build the ROS parameter descriptor of a config.Param: description, range, read-only, type.
 
     managed: the node is a lifecycle node that reads its read_only parameters at configure;
     they stay writable for ROS, and the node refuses changes to them unless unconfigured.
+    typed: the parameter's type is fixed (dynamic_typing off). A node declares its parameters
+    untyped, so that a value of another type given at start is refused by the table's check
+    (which names the parameter and both types), then fixes their types (fix_types): a refused
+    set can then never change the type the descriptor reports.
     """
-    # Types are checked by config.check, whose refusal names the parameter and both types;
-    # rclpy's own check would refuse first with only type numbers as its reason.
     description = param.description
     if managed and param.read_only:
         description += ' Read at configure: change it while the node is unconfigured.'
     desc = ParameterDescriptor(description=description,
-                               read_only=param.read_only and not managed, dynamic_typing=True)
+                               read_only=param.read_only and not managed,
+                               dynamic_typing=not typed)
+    if typed:
+        desc.type = PARAMETER_TYPES[type(param.default)]
     if param.choices:
         desc.additional_constraints = 'one of: ' + ', '.join(param.choices)
     if param.low is not None and isinstance(param.default, float):
@@ -80,6 +90,12 @@ def descriptor(param, managed: bool = False) -> ParameterDescriptor:
         desc.integer_range = [IntegerRange(
             from_value=int(param.low), to_value=int(param.high), step=1)]
     return desc
+
+
+def fix_types(node, params, managed: bool = False) -> None:
+    """Fix the declared parameters' types, once their values have passed the table's checks."""
+    for param in params:
+        node.set_descriptor(param.name, descriptor(param, managed, typed=True))
 
 
 def publish_guarded(node, publisher, msg, stopping: threading.Event) -> None:

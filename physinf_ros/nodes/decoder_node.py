@@ -30,15 +30,17 @@ from rclpy.exceptions import ParameterException
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNodeMixin, LifecycleState, TransitionCallbackReturn
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 from rclpy.task import Future
 from std_msgs.msg import Float64, String
 from std_srvs.srv import Trigger
 
-from .common import (close, create_lifecycle_services, descriptor, DIAGNOSTICS_QOS,
+from .common import (close, create_lifecycle_services, descriptor, DIAGNOSTICS_QOS, fix_types,
                      has_lifecycle_handlers, LATENCY_QOS, publish_guarded, SERVICES_QOS,
                      start_ros, status, Updater)
 from .decoder_interface import EVENTS_QOS, Generate, PROMPT_QOS, TOKENS_QOS
-from .entry import spin_once
+from .entry import held_signals, spin_once
+from .goal_clients import GoalClients
 from .instance_claim import claim_name, NameTaken, NameWatch
 from ..engine import EngineError, load, Sampling
 from ..measurement.roofline import LiveFloor
@@ -47,13 +49,30 @@ from ..serving.params import AUTOSTART, check, check_value, DECODER_PARAMS, PARA
 from ..serving.prompts import admit, too_long, truncation_limit
 from ..serving.request_queue import Ledger, Request, RequestQueue
 
+# What cancelled a request: its finished event's and its goal result's detail say it.
 CANCELLED_BY_CLIENT = 'cancelled by its client'
+CANCELLED_BY_CANCEL = 'cancelled by a ~/cancel call'
+CANCELLED_BY_CANCEL_ALL = 'cancelled by a ~/cancel_all call'
+CLIENT_GONE = 'its action client disappeared'
+SHUTTING_DOWN = 'node shutting down'
+# On SIGINT/SIGTERM the requests get this long to end before the node ends them itself, then
+# the executor spins this long more so their results reach their clients. Bounded well within
+# the 5 s after which ros2 launch follows its SIGINT with SIGTERM.
+STOP_WAIT_S = 2.0
+RESULTS_SEND_S = 0.5
 # Why a prompt is refused in each state other than active.
 NOT_SERVING = {
     'unconfigured': 'decoder is unconfigured: configure and activate it first',
     'configuring': 'decoder is configuring (loading its model): activate it once configured',
     'inactive': 'decoder is inactive: activate it first',
     'finalized': 'decoder is shut down: start a new one',
+}
+# What leads back to unconfigured, where configure-time parameters change, from each state.
+TO_UNCONFIGURED = {
+    'configuring': 'once configured, clean it up',
+    'inactive': 'clean it up first',
+    'active': 'deactivate it, then clean it up',
+    'finalized': 'it is shut down: start a new one with the new value',
 }
 
 
@@ -86,6 +105,25 @@ class GoalReply:
 
     def end(self, outcome: Dict[str, Any], text: str) -> None:
         self._done.set_result((outcome, text))
+
+
+class Executing:
+    """Counts the goals whose execute callback runs: while any does, a result is on its way."""
+
+    def __init__(self):
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def __enter__(self):
+        with self._lock:
+            self._count += 1
+
+    def __exit__(self, *exc):
+        with self._lock:
+            self._count -= 1
+
+    def __bool__(self) -> bool:
+        return self._count > 0
 
 
 def _cancel_marked(goal_handle) -> Future:
@@ -130,8 +168,10 @@ class DecoderNode(LifecycleNodeMixin, Node):
                                       'the lifecycle services keep its default QoS (depth 10)')
         for param in DECODER_PARAMS:
             self.declare_parameter(param.name, param.default, descriptor(param, managed=True))
-        self.declare_parameter(AUTOSTART.name, AUTOSTART.default, descriptor(AUTOSTART))
-        self.add_on_set_parameters_callback(self._on_set_parameters)
+        # Read-only once its type is fixed (fix_types): rclpy sets no descriptor on read-only ones.
+        untyped = descriptor(AUTOSTART)
+        untyped.read_only = False
+        self.declare_parameter(AUTOSTART.name, AUTOSTART.default, untyped)
         self._settings = {p.name: self.get_parameter(p.name).value for p in DECODER_PARAMS}
         for name, value in self._settings.items():
             reason = check(name, value, self._settings)
@@ -141,6 +181,9 @@ class DecoderNode(LifecycleNodeMixin, Node):
         reason = check_value(AUTOSTART, self.autostart)
         if reason:
             raise EngineError(f'parameter {reason}')
+        fix_types(self, DECODER_PARAMS, managed=True)
+        fix_types(self, [AUTOSTART])
+        self.add_on_set_parameters_callback(self._on_set_parameters)
 
         self.state = 'unconfigured'
         self.engine = None
@@ -178,6 +221,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
         self.diagnostics.add(self._decoder_status)
         self.create_timer(1.0, self.diagnostics.update)
         self._goals: Dict[str, Request] = {}   # by goal id, from acceptance to their end
+        self._executing = Executing()
         if Generate is None:
             self.get_logger().warning(
                 'the Generate action is off: physinf_ros_interfaces is not built or not '
@@ -185,12 +229,18 @@ class DecoderNode(LifecycleNodeMixin, Node):
                 'the topics serve as usual')
         else:
             # Reentrant: every goal's execute waits (without a thread) for its request's end.
-            ActionServer(self, Generate, '~/generate', execute_callback=self._execute_goal,
-                         cancel_callback=self._cancel_goal,
-                         callback_group=ReentrantCallbackGroup(),
-                         goal_service_qos_profile=SERVICES_QOS,
-                         result_service_qos_profile=SERVICES_QOS,
-                         cancel_service_qos_profile=SERVICES_QOS)
+            server = ActionServer(
+                self, Generate, '~/generate', execute_callback=self._execute_goal,
+                cancel_callback=self._cancel_goal, callback_group=ReentrantCallbackGroup(),
+                goal_service_qos_profile=SERVICES_QOS, result_service_qos_profile=SERVICES_QOS,
+                cancel_service_qos_profile=SERVICES_QOS)
+            self._goal_clients = GoalClients(self, server, Generate,
+                                             f'{self.get_fully_qualified_name()}/generate')
+            if self._goal_clients.unavailable:
+                self.get_logger().warning(
+                    'goals cannot be tied to their clients (service introspection: '
+                    f'{self._goal_clients.unavailable}): a goal is cancelled once none of the '
+                    'action clients present when it came is left')
             self.create_timer(0.2, self._watch_goal_clients)
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -245,7 +295,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
         return TransitionCallbackReturn.SUCCESS
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._stop_serving('finalized', 'node shutting down')
+        self._stop_serving('finalized', SHUTTING_DOWN)
         self._release()
         self.get_logger().info('shut down (lifecycle): exiting')
         return TransitionCallbackReturn.SUCCESS
@@ -285,6 +335,22 @@ class DecoderNode(LifecycleNodeMixin, Node):
         return '' if allocated is None else f'; CUDA memory allocated {allocated / 2**20:.1f} MiB'
 
     # -- parameters ---------------------------------------------------------------------------
+    def set_parameters_atomically(self, parameter_list) -> SetParametersResult:
+        """Refuse a value of another type than its parameter's first, with the table's reason."""
+        # rclpy would refuse it too (the types are fixed), with only type names as its reason.
+        for param in parameter_list:
+            spec = PARAMS_BY_NAME.get(param.name)
+            if spec is not None and param.type_ != Parameter.Type.NOT_SET \
+                    and type(param.value) is not type(spec.default):
+                reason = check_value(spec, param.value)
+                self.get_logger().warning(f'parameter change refused: {reason}')
+                return SetParametersResult(successful=False, reason=reason)
+        return super().set_parameters_atomically(parameter_list)
+
+    def set_parameters(self, parameter_list) -> List[SetParametersResult]:
+        """Set each parameter on its own, as rclpy does, each through the type check above."""
+        return [self.set_parameters_atomically([param]) for param in parameter_list]
+
     def _on_set_parameters(self, params) -> SetParametersResult:
         # Checked against the settings as this call would leave them (system_prompt against
         # max_prompt_bytes, set together or apart).
@@ -294,7 +360,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
             if reason is None and PARAMS_BY_NAME[param.name].read_only \
                     and self.state != 'unconfigured':
                 reason = (f'{param.name} is read at configure: change it while the node is '
-                          f'unconfigured (now {self.state}; deactivate and clean up first)')
+                          f'unconfigured (now {self.state}: {TO_UNCONFIGURED[self.state]})')
             if reason:
                 self.get_logger().warning(f'parameter change refused: {reason}')
                 return SetParametersResult(successful=False, reason=reason)
@@ -394,6 +460,10 @@ class DecoderNode(LifecycleNodeMixin, Node):
     # -- the Generate action ------------------------------------------------------------------
     async def _execute_goal(self, goal_handle):
         """Serve one goal through the shared queue; its result is the request's end."""
+        with self._executing:
+            return await self._serve_goal(goal_handle)
+
+    async def _serve_goal(self, goal_handle):
         goal = goal_handle.request
         goal_id = str(uuid.UUID(bytes=bytes(goal_handle.goal_id.uuid)))
         done = Future()
@@ -404,6 +474,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
             return Generate.Result(finish_reason='rejected', detail=refused)
         outcome, text = await done
         request = self._goals.pop(goal_id)
+        self._goal_clients.forget(goal_id)
         finished = outcome['event'] == 'finished'
         reason = outcome['reason'] if finished else 'error'
         if reason in ('eos', 'length'):
@@ -424,9 +495,8 @@ class DecoderNode(LifecycleNodeMixin, Node):
 
     def _cancel_goal(self, goal_handle) -> CancelResponse:
         request = self._goals.get(str(uuid.UUID(bytes=bytes(goal_handle.goal_id.uuid))))
-        if request is None:
-            return CancelResponse.REJECT   # it has ended already
-        request.cancel(CANCELLED_BY_CLIENT)
+        if request is None or not request.cancel(CANCELLED_BY_CLIENT):
+            return CancelResponse.REJECT   # ended, ending, or being cancelled already
         self.get_logger().info(f'cancelling request {request.id} (goal {request.goal_id})')
         if self._queue.remove(request):
             self._finish_unstarted(request)   # waiting: it ends now, not when its turn comes
@@ -439,15 +509,18 @@ class DecoderNode(LifecycleNodeMixin, Node):
                          for info in self.get_subscriptions_info_by_topic(topic))
 
     def _watch_goal_clients(self) -> None:
-        # A goal's client is one of the feedback readers that were there when it came (the
-        # middleware does not say which); once none of those is left, its client has gone.
+        # A goal's client is known from its send_goal event (goal_clients.py); until that event
+        # has come (or without introspection), it is one of the feedback readers that were
+        # there when the goal came, and gone once none of those is left.
         goals = [r for r in list(self._goals.values()) if not r.cancelled]
         if not goals:
             return
-        present = self._feedback_readers()
+        clients, readers = self._goal_clients.present(), self._feedback_readers()
         for request in goals:
-            if request.reply.readers and not request.reply.readers & present:
-                request.cancel('its action client disappeared')
+            client = self._goal_clients.client_of(request.goal_id)
+            gone = (client not in clients if client is not None
+                    else request.reply.readers and not request.reply.readers & readers)
+            if gone and request.cancel(CLIENT_GONE):
                 self.get_logger().warning(f'request {request.id} (goal {request.goal_id}): '
                                           'its action client disappeared; cancelling it')
 
@@ -458,21 +531,28 @@ class DecoderNode(LifecycleNodeMixin, Node):
             response.success = False
             response.message = 'nothing to cancel: no request running' + (
                 f' ({waiting} waiting; ~/cancel_all drops them)' if waiting else '')
-        else:
-            current.cancel()
+        elif current.cancel(CANCELLED_BY_CANCEL):
             response.success, response.message = True, f'cancelling request {current.id}'
             self.get_logger().info(response.message)
+        else:   # one cancel per request succeeds; later ones say why there is nothing to do
+            response.success = False
+            response.message = f'nothing to cancel: request {current.id} is ' + (
+                f'being cancelled already ({current.cancel_detail})' if current.cancelled
+                else 'ending already (its last step is done)')
         return response
 
     def _on_cancel_all(self, request, response):
         queue = self._queue
-        current, waiting = queue.cancel_all() if queue is not None else (None, [])
+        current, waiting = (queue.cancel_all(CANCELLED_BY_CANCEL_ALL) if queue is not None
+                            else (None, []))
         parts = ([f'request {current.id} (running)'] if current else []) + (
             [f'{len(waiting)} waiting ({", ".join(str(r.id) for r in waiting)})']
             if waiting else [])
         response.success = bool(parts)
+        # Requests cancelled already (by an earlier call) are not cancelled again.
         response.message = ('cancelling ' + ' and '.join(parts) if parts
-                            else 'nothing to cancel: no request running or waiting')
+                            else 'nothing to cancel: no request running or waiting that is '
+                            'not being cancelled already')
         self.get_logger().info(response.message)
         return response
 
@@ -490,22 +570,25 @@ class DecoderNode(LifecycleNodeMixin, Node):
                 else:
                     self._decode(request)
             except Exception as exc:  # noqa: B902 - report, then keep serving
-                self._ledger.count('errors')
                 self.get_logger().error(f'request {request.id} failed: {exc}')
                 self._end(request, '', 'error', f'decoding failed: {exc}')
             finally:
                 queue.done()
 
     def _end(self, request: Request, text: str, event: str, reason: str, **extra) -> None:
-        """Publish a request's last event and hand its reply and outcome to its client."""
+        """Count and publish a request's last event, hand its reply and outcome to its client."""
+        if not request.end_once():
+            return   # the node ended it already, stopping (stop_on_signal)
+        if event == 'error':
+            self._ledger.count('errors')
+        else:
+            self._ledger.count('finished', *(['cancelled'] if reason == 'cancelled' else []))
         self._event(event, request.id, reason, request.goal_id, **extra)
         request.reply.end({'event': event, 'reason': reason, **extra}, text)
 
     def _finish_unstarted(self, request: Request) -> None:
         # Cancelled while waiting: it ends like any other request, with an empty reply.
-        self._ledger.count('finished', 'cancelled')
-        self._end(request, '', 'finished', 'cancelled',
-                  detail=request.cancel_detail or 'cancelled while waiting',
+        self._end(request, '', 'finished', 'cancelled', detail=request.cancel_detail,
                   tokens=0, steps=0, ttft_ms=None, tokens_per_s=0.0)
 
     def _decode(self, request: Request) -> None:
@@ -526,8 +609,11 @@ class DecoderNode(LifecycleNodeMixin, Node):
                 self._latency.add(piece.step_ms)
                 self._publish(self._latency_pub, Float64(data=piece.step_ms))
         self._last_ttft_ms = generation.ttft_ms
-        reason = generation.finish_reason
-        self._ledger.count('finished', *(['cancelled'] if reason == 'cancelled' else []))
+        # One story per request: from here a cancel is refused (its caller told there is nothing
+        # to cancel), and one accepted before now ends the request cancelled, even one that came
+        # after the engine's last look (its reply then whole, and its detail says both).
+        request.settle()
+        reason = 'cancelled' if request.cancelled else generation.finish_reason
         steps = generation.step_ms
         extra = {}
         if reason == 'cancelled' and request.steps_at_cancel is not None:
@@ -535,7 +621,8 @@ class DecoderNode(LifecycleNodeMixin, Node):
             extra = {'steps_after_cancel': len(steps) - request.steps_at_cancel,
                      'cancel_ms': round((time.monotonic() - request.cancelled_at) * 1000, 3)}
         self._end(request, generation.text, 'finished', reason,
-                  detail=generation.detail or request.cancel_detail,
+                  detail='; '.join(filter(None, [
+                      request.cancel_detail if reason == 'cancelled' else '', generation.detail])),
                   tokens=len(generation.token_ids), steps=len(steps),
                   ttft_ms=round(generation.ttft_ms, 3),
                   tokens_per_s=round(generation.tokens_per_s, 2), **extra)
@@ -584,11 +671,46 @@ class DecoderNode(LifecycleNodeMixin, Node):
                        + (f': configure failed: {self.configure_error}' if failed else ''),
                        values, str(values['device']))]
 
+    def stop_on_signal(self, executor) -> None:
+        """
+        On SIGINT/SIGTERM: end every request as the shutdown transition does, and deliver it.
+
+        Running and waiting requests end as cancelled (node shutting down), and the executor
+        spins until every goal's result has gone to its client: a goal's execute callback
+        resumes in the executor, and its result goes out from there. A request still running
+        after STOP_WAIT_S (a prefill cannot be interrupted) is ended here, with the same
+        outcome. Further signals meanwhile are only noted: this takes at most
+        STOP_WAIT_S + RESULTS_SEND_S.
+        """
+        with held_signals():
+            with self._serving:
+                self.state = 'finalized'
+                queue = self._queue
+            current, waiting = queue.snapshot() if queue else (None, [])
+            open_requests = ([current] if current else []) + waiting
+            if queue is not None:
+                queue.cancel_all(SHUTTING_DOWN)
+            self.get_logger().info(f'stopping: ending {len(open_requests)} requests '
+                                   f'({SHUTTING_DOWN})')
+            deadline = time.monotonic() + STOP_WAIT_S
+            while time.monotonic() < deadline and (
+                    self._executing or (queue is not None and not queue.wait_idle(0.0))):
+                executor.spin_once(timeout_sec=0.02)
+            for request in open_requests:
+                if not request.ended:
+                    self.get_logger().warning(f'request {request.id} did not end within '
+                                              f'{STOP_WAIT_S:.0f} s: ending it now')
+                    self._end(request, '', 'finished', 'cancelled', detail=SHUTTING_DOWN,
+                              tokens=0, steps=request.steps, ttft_ms=None, tokens_per_s=0.0)
+            sent_by = time.monotonic() + RESULTS_SEND_S
+            while time.monotonic() < sent_by:
+                executor.spin_once(timeout_sec=0.02)
+
     def shutdown(self) -> None:
-        """On SIGINT/SIGTERM: end every request as cancelled within about a step, then stop."""
+        """Stop the worker: its requests end as cancelled within about a step."""
         self._stopping.set()
         # A long prefill cannot be interrupted; the worker is a daemon, so do not wait long.
-        self._stop_serving('finalized', 'node shutting down', timeout=1.0)
+        self._stop_serving('finalized', SHUTTING_DOWN, timeout=1.0)
         self._worker_stop.set()
         if self._worker is not None:
             self._worker.join(timeout=1.0)
@@ -606,6 +728,7 @@ def main(args=None) -> int:
         return 1
     logger = rclpy.logging.get_logger('decoder')
     node = None
+    executor = None
     code = 0
     try:
         # Before any model loads: give way to a decoder that runs under this name already.
@@ -635,7 +758,11 @@ def main(args=None) -> int:
             if finalized_at is None and node.state == 'finalized':
                 # The shutdown transition is done: a moment more to send its answer, then exit.
                 finalized_at = time.monotonic()
-    except (KeyboardInterrupt, ExternalShutdownException):
+    except KeyboardInterrupt:
+        # Ctrl-C, SIGTERM, or ros2 launch stopping: every client gets its result first.
+        if node is not None and executor is not None:
+            node.stop_on_signal(executor)
+    except ExternalShutdownException:
         pass
     except NameTaken as exc:
         logger.fatal(str(exc))

@@ -13,9 +13,13 @@ the node ends its requests and says so. While the main thread is in an executor'
 exception would unwind through code not written for it (RELIABILITY.md, Cancellation). Every
 signal is also noted: Python drops an exception raised while the main thread runs a finalizer
 (a garbage collection during the model load once swallowed one, and the node served on), so
-the next spin_once raises it, and Python's report of the dropped one is not printed.
+the next spin_once raises it, and Python's report of the dropped one is not printed. Once the
+node is stopping, a further signal is only noted: the node is delivering its requests'
+results, within a bounded time, and a signal raised into that would lose them (held_signals
+holds even the first for a block).
 """
 
+from contextlib import contextmanager
 import importlib
 import os
 import signal
@@ -59,9 +63,13 @@ def _unraisable(unraisable) -> None:
 
 def _interrupt(signum, frame):
     # Noted before it is raised: raised inside a finalizer (__del__, a weakref callback), the
-    # KeyboardInterrupt is printed and dropped, and the process would go on.
+    # KeyboardInterrupt is printed and dropped, and the process would go on. Only the first
+    # is raised: Ctrl-C on ros2 launch reaches the node twice at once (from the terminal and
+    # from launch), and a second KeyboardInterrupt would cut short the stop the first began;
+    # were the first dropped, the next spin_once raises it.
+    first = not _Held.pending
     _Held.pending = True
-    if not _Held.spinning:
+    if first and not _Held.spinning:
         raise KeyboardInterrupt
 
 
@@ -76,6 +84,16 @@ def spin_once(executor, timeout_sec: float) -> None:
         _Held.spinning = False
     if _Held.pending:
         raise KeyboardInterrupt
+
+
+@contextmanager
+def held_signals():
+    """Within the block, SIGINT and SIGTERM are noted, never raised: the node is stopping."""
+    _Held.spinning = True
+    try:
+        yield
+    finally:
+        _Held.spinning = False
 
 
 def _run(module: str) -> int:

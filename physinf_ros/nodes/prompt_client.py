@@ -7,7 +7,8 @@ Sends the prompt as a goal of the decoder's Generate action, so it prints its ow
 even while other clients are served; Ctrl-C cancels the goal. Where the interface package
 physinf_ros_interfaces is not built it falls back to the ~/prompt topic (single client).
 Prints the tokens as they arrive, then the decoder's diagnostics. Exits 0 when the request
-finished, 1 when it was rejected, failed or timed out.
+finished, 1 when it was rejected, failed or timed out, 2 when the prompt cannot be sent (a NUL:
+ROS 2 would cut the prompt there, unseen by the decoder).
 """
 
 import argparse
@@ -24,6 +25,7 @@ from std_msgs.msg import String
 
 from .common import DIAGNOSTICS_QOS
 from .decoder_interface import EVENTS_QOS, Generate, TOKENS_QOS
+from ..serving.prompts import unsendable
 
 
 class PromptClient(Node):
@@ -51,6 +53,7 @@ class PromptClient(Node):
                 and self.count_publishers(f'{self.decoder}/events') > 0)
 
     def send(self, text: str) -> None:
+        _refuse_unsendable(text)
         self._prompt_pub.publish(String(data=text))
         self.sent = self.via_topic = True
 
@@ -73,6 +76,7 @@ class PromptClient(Node):
 
     def send_goal(self, text: str, timeout_s: float) -> bool:
         """Send text as a Generate goal; False when no action server answers in time."""
+        _refuse_unsendable(text)
         client = ActionClient(self, Generate, f'{self.decoder}/generate')
         if not client.wait_for_server(timeout_sec=timeout_s):
             return False
@@ -105,6 +109,12 @@ class PromptClient(Node):
                 self.diagnostics = {kv.key: kv.value for kv in status.values}
 
 
+def _refuse_unsendable(text: str) -> None:
+    reason = unsendable(text)
+    if reason:
+        raise ValueError(reason)
+
+
 def _spin_until(node: Node, done, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while not done():
@@ -119,7 +129,12 @@ def main(argv=None) -> int:
     parser.add_argument('--prompt', default='What is the capital of France?')
     parser.add_argument('--decoder', default='/decoder', help="decoder node's name")
     parser.add_argument('--timeout', type=float, default=300.0, help='seconds to wait in all')
-    args = parser.parse_args(rclpy.utilities.remove_ros_args(argv or sys.argv)[1:])
+    argv = argv or sys.argv
+    # Checked before rclpy reads the arguments: its C conversion would cut them at a NUL too.
+    reason = next(filter(None, map(unsendable, argv)), None)
+    if reason:
+        parser.error(reason)   # exit 2, before ROS starts: nothing is sent
+    args = parser.parse_args(rclpy.utilities.remove_ros_args(argv)[1:])
     rclpy.init(args=argv)
     node = PromptClient(args.decoder)
     code = 1

@@ -102,8 +102,11 @@ def check_value(param: Param, value: Any) -> Optional[str]:
     """Why value is not acceptable for param alone (type, choices, range, format), or None."""
     name = param.name
     if type(value) is not type(param.default):
+        # ROS reads `-p top_p:=1` and `param set ... top_p 1` as integers: say how to write it.
+        hint = (f' (write {float(value)!r}: ROS reads {value!r} as an integer)'
+                if type(param.default) is float and type(value) is int else '')
         return (f'{name} must be {_KINDS[type(param.default)]}, '
-                f'got {_KINDS.get(type(value), type(value).__name__)} {value!r}')
+                f'got {_KINDS.get(type(value), type(value).__name__)} {value!r}{hint}')
     if param.choices and value not in param.choices:
         return f'{name} must be one of {", ".join(param.choices)}; got {value!r}'
     if param.low is not None and not param.low <= value <= param.high:

@@ -111,6 +111,21 @@ def _describe(char: str) -> str:
     return f'a lone surrogate U+{ord(char):04X}'
 
 
+def unsendable(text: str) -> Optional[str]:
+    """
+    Why text cannot be sent as a prompt over ROS 2, or None: a NUL.
+
+    The C string conversion below rclpy ends a string at its first NUL on the sender's side, so
+    the decoder would get, accept and answer only the text before it and could not tell. A
+    client refuses such a prompt before sending it.
+    """
+    at = text.find('\x00')
+    if at < 0:
+        return None
+    return (f'prompt holds a NUL character at character {at}: ROS 2 strings end at a NUL, so '
+            f'the decoder would get only the {at} characters before it; remove it')
+
+
 def too_long(prompt_tokens: int, max_context: int, system_tokens: int = 0) -> str:
     """
     Reason for refusing a prompt that leaves no room for a reply.

@@ -26,22 +26,48 @@ class Request:
     steps: int = 0                         # decode steps done so far
     steps_at_cancel: Optional[int] = None  # steps done when the cancel arrived
     cancelled_at: Optional[float] = None   # time.monotonic() of the cancel
-    cancel_detail: str = ''                # why, when not a client's cancel
+    cancel_detail: str = ''                # what cancelled it
     goal_id: Optional[str] = None          # the action goal it serves; None for a topic prompt
     reply: Any = None                      # where its pieces and end go (the node's sink)
     _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
+    _ended: bool = field(default=False, repr=False)
+    _settled: bool = field(default=False, repr=False)   # its outcome is fixed: too late to cancel
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def cancel(self, detail: str = '') -> None:
-        """Ask the request to stop; the first call records when (in steps and time) and why."""
-        if not self._cancel.is_set():
+    def cancel(self, detail: str) -> bool:
+        """
+        Ask the request to stop, saying what cancelled it (detail); True if this call did.
+
+        Only the first call counts, and records when (in steps and time) and why; False for a
+        request cancelled already, or one whose outcome is settled (decoding over).
+        """
+        with self._lock:
+            if self._cancel.is_set() or self._settled:
+                return False
             self.steps_at_cancel = self.steps
             self.cancelled_at = time.monotonic()
             self.cancel_detail = detail
             self._cancel.set()
+            return True
+
+    def settle(self) -> None:
+        """Fix the outcome (decoding is over): a later cancel is refused, not half-applied."""
+        with self._lock:
+            self._settled = True
 
     @property
     def cancelled(self) -> bool:
         return self._cancel.is_set()
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    def end_once(self) -> bool:
+        """Mark the request ended; True only for the first call (its one outcome is sent)."""
+        with self._lock:
+            first, self._ended = not self._ended, True
+            return first
 
 
 class RequestQueue:
@@ -104,12 +130,16 @@ class RequestQueue:
         with self._ready:
             return self.current, list(self._waiting)
 
-    def cancel_all(self, detail: str = '') -> Tuple[Optional[Request], List[Request]]:
-        """Cancel the current request and every waiting one (why: detail); return them."""
+    def cancel_all(self, detail: str) -> Tuple[Optional[Request], List[Request]]:
+        """
+        Cancel the current request and every waiting one (why: detail).
+
+        Return those this call cancelled: the current one (None if there was none, or it was
+        cancelled or settled already) and the waiting ones.
+        """
         current, waiting = self.snapshot()
-        for request in ([current] if current else []) + waiting:
-            request.cancel(detail)
-        return current, waiting
+        return (current if current is not None and current.cancel(detail) else None,
+                [request for request in waiting if request.cancel(detail)])
 
     def qsize(self) -> int:
         """Count the requests waiting (the current one not counted)."""

@@ -101,7 +101,10 @@ def test_cancel_stops_a_long_request(harness):
         assert answer.success and str(request_id) in answer.message
         finished = harness.wait_end(request_id, timeout=30)
         assert finished['reason'] == 'cancelled'
+        assert finished['detail'] == 'cancelled by a ~/cancel call'
         assert finished['tokens'] < 400
+        again = harness.call(probe.cancel_client, Trigger.Request())
+        assert not again.success and again.message.startswith('nothing to cancel')
     finally:
         assert harness.set_parameter('max_new_tokens', SETTINGS['max_new_tokens']).successful
 

@@ -11,6 +11,8 @@ import time
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 import pytest
+from rcl_interfaces.msg import ParameterType
+from rcl_interfaces.srv import DescribeParameters, GetParameters
 from ros_harness import DecoderProcess, Harness, Probe, TEST_DEVICE
 
 NAMESPACE = f'/lc{os.getpid()}'
@@ -23,6 +25,9 @@ class LifecycleProbe(Probe):
         super().__init__(namespace)
         self.change_state_client = self.create_client(ChangeState, f'{self.base}/change_state')
         self.get_state_client = self.create_client(GetState, f'{self.base}/get_state')
+        self.describe_client = self.create_client(DescribeParameters,
+                                                  f'{self.base}/describe_parameters')
+        self.get_params_client = self.create_client(GetParameters, f'{self.base}/get_parameters')
 
 
 @pytest.fixture(scope='module')
@@ -75,6 +80,47 @@ def test_starts_unconfigured_and_refuses_prompts_naming_the_state(managed):
     assert 'autostart is false' in managed.node.log()
 
 
+def described(harness, name):
+    """Return the descriptor and value of one parameter, from the node's parameter services."""
+    probe = harness.probe
+    desc, = harness.call(probe.describe_client,
+                         DescribeParameters.Request(names=[name])).descriptors
+    value, = harness.call(probe.get_params_client, GetParameters.Request(names=[name])).values
+    return desc, value
+
+
+@pytest.mark.parametrize('name, kind, refused, words', [
+    ('top_p', ParameterType.PARAMETER_DOUBLE, 1,
+     'top_p must be a float, got an integer 1 (write 1.0: ROS reads 1 as an integer)'),
+    ('top_p', ParameterType.PARAMETER_DOUBLE, True, 'top_p must be a float, got a boolean True'),
+    ('max_new_tokens', ParameterType.PARAMETER_INTEGER, 'many',
+     "max_new_tokens must be an integer, got a string 'many'"),
+    ('use_chat_template', ParameterType.PARAMETER_BOOL, 'yes',
+     "use_chat_template must be a boolean, got a string 'yes'"),
+])
+def test_a_refused_set_leaves_the_parameters_described_type_and_value(managed, name, kind,
+                                                                      refused, words):
+    before, value_before = described(managed, name)
+    assert before.type == kind
+    result = managed.set_parameter(name, refused)
+    assert not result.successful
+    after, value_after = described(managed, name)
+    assert after.type == kind and after == before   # what ros2 param describe shows
+    assert value_after == value_before and value_after.type == kind
+    assert result.reason == words and not after.dynamic_typing
+
+
+def test_parameters_are_described_with_their_types_descriptions_and_ranges(managed):
+    desc, _ = described(managed, 'top_p')
+    assert desc.description.startswith('Nucleus sampling')
+    low, = desc.floating_point_range
+    assert (low.from_value, low.to_value) == (0.01, 1.0)
+    desc, _ = described(managed, 'max_new_tokens')
+    assert desc.type == ParameterType.PARAMETER_INTEGER and desc.integer_range[0].to_value == 32768
+    desc, _ = described(managed, 'model')
+    assert desc.type == ParameterType.PARAMETER_STRING and 'Read at configure' in desc.description
+
+
 def test_failed_configure_leaves_the_node_unconfigured_and_reconfigurable(managed):
     mark = managed.probe.mark()
     assert not transition(managed, Transition.TRANSITION_CONFIGURE)
@@ -94,13 +140,18 @@ def test_failed_configure_leaves_the_node_unconfigured_and_reconfigurable(manage
 def test_inactive_refuses_prompts_and_configure_time_changes(managed):
     assert refusal(managed)['reason'] == 'decoder is inactive: activate it first'
     refused = managed.set_parameter('max_context', 1024)
-    assert not refused.successful and 'unconfigured' in refused.reason
+    assert not refused.successful
+    assert refused.reason == ('max_context is read at configure: change it while the node is '
+                              'unconfigured (now inactive: clean it up first)')
     assert managed.set_parameter('max_new_tokens', 24).successful   # live parameters apply
 
 
 def test_activate_serves(managed):
     assert transition(managed, Transition.TRANSITION_ACTIVATE)
     assert state(managed) == 'active'
+    refused = managed.set_parameter('model', 'embedded')
+    assert not refused.successful
+    assert refused.reason.endswith('(now active: deactivate it, then clean it up)')
     finished = managed.wait_end(managed.send('What is the capital of France?'))
     assert finished['event'] == 'finished'
     assert diagnostics(managed)['lifecycle_state'] == 'active'

@@ -205,7 +205,7 @@ def test_cancel_while_queued(harness, figures):
         first, second = harness.send(LONG_STORY), harness.send(LONG_STORY)
         harness.wait_for(lambda: len(probe.since(mark, 'step_latency')) >= 2, 120, 'steps')
         assert harness.call(probe.cancel_client, Trigger.Request()).success
-        assert harness.wait_end(first)['reason'] == 'cancelled'
+        assert harness.wait_end(first)['detail'] == 'cancelled by a ~/cancel call'
         harness.wait_for(lambda: any(e['event'] == 'started'
                                      for e in probe.events_for(second, mark)), 60, 'start')
 
@@ -215,11 +215,11 @@ def test_cancel_while_queued(harness, figures):
         assert answer.success, answer.message
         assert f'request {second} (running)' in answer.message
         assert '3 waiting' in answer.message
-        assert harness.wait_end(second)['reason'] == 'cancelled'
+        assert harness.wait_end(second)['detail'] == 'cancelled by a ~/cancel_all call'
         ends = [harness.wait_end(request_id) for request_id in waiting]
     for end in ends:
         assert end['reason'] == 'cancelled' and end['tokens'] == 0 and end['steps'] == 0
-        assert end['detail'] == 'cancelled while waiting'
+        assert end['detail'] == 'cancelled by a ~/cancel_all call'
         kinds = [e['event'] for e in probe.events_for(end['id'], mark)]
         assert kinds == ['accepted', 'finished'], kinds
     # Every finished request has its one response, the cancelled-while-waiting ones empty.

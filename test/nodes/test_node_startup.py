@@ -49,6 +49,9 @@ CASES = {
         [str(tmp / 'typed.yaml'), 'max_context must be an integer', "'lots'"]),
     'invalid parameter value': lambda tmp: (['-p', 'device:=tpu'], ['device must be']),
     'parameter out of range': lambda tmp: (['-p', 'max_context:=5'], ['max_context', 'range']),
+    # `-p top_p:=1` is an integer to ROS; the node refuses it saying how to write the float.
+    'float parameter given as an integer': lambda tmp: (
+        ['-p', 'top_p:=1'], ['top_p must be a float, got an integer 1 (write 1.0']),
 }
 
 

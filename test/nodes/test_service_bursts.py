@@ -134,11 +134,42 @@ def test_burst_while_decoding_is_all_answered(harness, service, figures):
         assert probe.events_for(request_id, mark)[-1]['event'] != 'finished'
         answers = check(harness, service, 'decoding', figures, clients)
         if service in ('cancel', 'cancel_all'):
-            assert any(a.success and f'request {request_id}' in a.message for a in answers)
+            won = [a.message for a in answers if a.success]   # one cancel per request
+            assert len(won) == 1 and f'request {request_id}' in won[0], won
             assert harness.wait_end(request_id, timeout=30)['reason'] == 'cancelled'
         else:
             # Stop the request if it still decodes.
             harness.call(probe.cancel_all_client, Trigger.Request())
             assert harness.wait_end(request_id, timeout=30)['reason'] in ('cancelled', 'length')
+    finally:
+        assert harness.set_parameter('max_new_tokens', 8).successful
+
+
+def test_concurrent_cancels_of_one_running_request_succeed_exactly_once(harness, figures):
+    # Half the callers on ~/cancel, half on ~/cancel_all, all at the one running request.
+    probe = harness.probe
+    assert harness.set_parameter('max_new_tokens', 400).successful
+    try:
+        clients = [ready_client(harness, node, *SERVICES['cancel' if i % 2 else 'cancel_all'])
+                   for i, node in enumerate(harness.callers)]
+        mark = probe.mark()
+        request_id = harness.send(LONG_STORY)
+        harness.wait_for(lambda: len(probe.since(mark, 'step_latency')) >= 2, 120, 'two steps')
+        start = time.monotonic()
+        futures = [client.call_async(Trigger.Request())
+                   for _ in range(CALLS_PER_CLIENT) for client in clients]
+        harness.wait_for(lambda: all(f.done() for f in futures), BOUND_S, 'every answer')
+        answers = [f.result() for f in futures]
+        for node, client in zip(harness.callers, clients):
+            node.destroy_client(client)
+        won = [a.message for a in answers if a.success]
+        figures('concurrent cancels of one request', calls=len(answers),
+                succeeded=len(won), seconds=round(time.monotonic() - start, 2))
+        assert len(won) == 1 and f'request {request_id}' in won[0], won
+        assert all(a.message.startswith('nothing to cancel') for a in answers if not a.success)
+        finished = harness.wait_end(request_id, timeout=30)
+        assert finished['reason'] == 'cancelled'
+        assert finished['detail'] in ('cancelled by a ~/cancel call',
+                                      'cancelled by a ~/cancel_all call')
     finally:
         assert harness.set_parameter('max_new_tokens', 8).successful

@@ -95,6 +95,28 @@ def test_a_signal_outside_spin_once_is_raised_at_once(taken, signum):
     assert steps < STEPS
 
 
+@pytest.mark.parametrize('second', [signal.SIGINT, signal.SIGTERM])
+def test_a_second_signal_while_stopping_is_only_noted(taken, second):
+    # Ctrl-C on ros2 launch: SIGINT from the terminal and from launch, then maybe SIGTERM.
+    stopped = []
+    with pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(signal.SIGINT)
+    signal.raise_signal(second)   # raised into the stop the first began, it would cut it short
+    stopped.append('results delivered')
+    assert stopped == ['results delivered']
+    with pytest.raises(KeyboardInterrupt):
+        entry.spin_once(Executor(), 0.1)   # still stopping: no more spinning as usual
+
+
+def test_signals_within_held_signals_are_noted_then_raised_by_spin_once(taken):
+    with entry.held_signals():
+        signal.raise_signal(signal.SIGTERM)
+        done = True
+    assert done
+    with pytest.raises(KeyboardInterrupt):
+        entry.spin_once(Executor(), 0.1)
+
+
 def test_a_dropped_signal_is_not_reported_and_other_dropped_errors_are(taken, monkeypatch):
     # Python's report of the dropped KeyboardInterrupt (a traceback in the node's log) would
     # read as a failure on a clean Ctrl-C; a finalizer's own error is still reported.

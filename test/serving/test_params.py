@@ -7,6 +7,9 @@ import pytest
 @pytest.mark.parametrize('name, value, words', [
     ('temperature', -0.5, ['temperature', '[0.0, 5.0]']),
     ('temperature', 1, ['must be a float']),
+    ('top_p', 1, ['top_p must be a float, got an integer 1 (write 1.0: ROS reads 1 as an '
+                  'integer)']),
+    ('top_p', True, ['top_p must be a float, got a boolean True']),
     ('top_p', 0.0, ['top_p']),
     ('max_new_tokens', 0, ['max_new_tokens', '[1, 32768]']),
     ('backend', 'turbo', ['unknown backend', 'graphed', 'hf-graphed']),

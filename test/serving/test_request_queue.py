@@ -49,10 +49,48 @@ def test_snapshot_holds_the_running_and_the_waiting():
 def test_cancel_records_the_step_it_arrived_at_once():
     r = request(1)
     r.steps = 5
-    r.cancel()
+    assert r.cancel('cancelled by a ~/cancel call')
     r.steps = 6
-    r.cancel()   # a second cancel changes nothing
+    assert not r.cancel('cancelled by its client')   # a second cancel changes nothing
     assert r.cancelled and r.steps_at_cancel == 5 and r.cancelled_at is not None
+    assert r.cancel_detail == 'cancelled by a ~/cancel call'
+
+
+def test_of_concurrent_cancels_exactly_one_succeeds():
+    r = request(1)
+    start = threading.Barrier(8)
+    won = []
+
+    def cancel(i):
+        start.wait()
+        if r.cancel(f'canceller {i}'):
+            won.append(i)
+
+    threads = [threading.Thread(target=cancel, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(won) == 1 and r.cancel_detail == f'canceller {won[0]}'
+
+
+def test_a_cancel_after_the_outcome_is_settled_is_refused():
+    r = request(1)
+    r.settle()   # the last step is done: the outcome is eos or length, whatever comes now
+    assert not r.cancel('cancelled by its client')
+    assert not r.cancelled and r.cancel_detail == ''
+
+
+def test_cancel_all_returns_only_what_it_cancelled():
+    queue = RequestQueue(4)
+    for i in (1, 2, 3):
+        queue.put(request(i), lambda _: None)
+    current = queue.take(0.1)
+    assert current.cancel('cancelled by a ~/cancel call')
+    running, waiting = queue.cancel_all('cancelled by a ~/cancel_all call')
+    assert running is None and [r.id for r in waiting] == [2, 3]
+    assert current.cancel_detail == 'cancelled by a ~/cancel call'
+    assert queue.cancel_all('again') == (None, [])
 
 
 def test_ledger_counts_add_up_across_threads():

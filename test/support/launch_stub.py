@@ -3,7 +3,8 @@ Run a launch file's generate_launch_description() where launch is not installed.
 
 launch and launch_ros are not on PyPI, so CI cannot run `ros2 launch`; here the classes a
 launch file uses are recorders, and the description it builds can be checked: which node
-starts, with which arguments, parameters and parameter types.
+starts, with which arguments, parameters and parameter types. An OpaqueFunction's function runs
+as launch would run it (run_opaque), against the launch arguments a launch line would leave.
 """
 
 from contextlib import contextmanager
@@ -13,6 +14,7 @@ import sys
 import types
 
 ROOT = Path(__file__).resolve().parents[2]
+LAUNCH_ARGS = 'physinf_ros.nodes.launch_args'   # imported anew under the stubs
 
 
 class Recorded:
@@ -34,7 +36,20 @@ class DeclareLaunchArgument(Recorded):
 
 
 class LaunchConfiguration(Recorded):
+
+    def perform(self, context):
+        return context.launch_configurations[self.args[0]]
+
+
+class OpaqueFunction(Recorded):
     pass
+
+
+class Context:
+    """What an OpaqueFunction's function reads: the launch arguments' values, as text."""
+
+    def __init__(self, launch_configurations):
+        self.launch_configurations = launch_configurations
 
 
 class Node(Recorded):
@@ -47,7 +62,8 @@ class ParameterValue(Recorded):
 
 STUBS = {
     'launch': {'LaunchDescription': LaunchDescription},
-    'launch.actions': {'DeclareLaunchArgument': DeclareLaunchArgument},
+    'launch.actions': {'DeclareLaunchArgument': DeclareLaunchArgument,
+                       'OpaqueFunction': OpaqueFunction},
     'launch.substitutions': {'LaunchConfiguration': LaunchConfiguration},
     'launch_ros.actions': {'Node': Node},
     'launch_ros.parameter_descriptions': {'ParameterValue': ParameterValue},
@@ -57,12 +73,12 @@ STUBS = {
 
 @contextmanager
 def _stubbed():
-    saved = {name: sys.modules.get(name) for name in list(STUBS) + ['physinf_ros.launch_args']}
+    saved = {name: sys.modules.get(name) for name in list(STUBS) + [LAUNCH_ARGS]}
     for name, attributes in STUBS.items():
         module = types.ModuleType(name)
         module.__dict__.update(attributes)
         sys.modules[name] = module
-    sys.modules.pop('physinf_ros.launch_args', None)
+    sys.modules.pop(LAUNCH_ARGS, None)
     try:
         yield
     finally:
@@ -83,9 +99,26 @@ def describe(launch_file):
         return module.generate_launch_description()
 
 
-def parts(description):
-    """Return (the declared arguments by name, the one Node) of a description."""
+def run_opaque(description, **given):
+    """
+    Run a description's OpaqueFunction as `ros2 launch ... NAME:=TEXT` would; return its Node.
+
+    Every declared argument has its default unless given (as text, as on a launch line).
+    """
+    entities = description.args[0]
+    values = {e.name: e.kwargs['default_value'] for e in entities
+              if isinstance(e, DeclareLaunchArgument)}
+    unknown = set(given) - set(values)
+    assert not unknown, f'not launch arguments: {unknown}'
+    values.update(given)
+    opaque, = [e for e in entities if isinstance(e, OpaqueFunction)]
+    node, = opaque.kwargs['function'](Context(values))
+    assert isinstance(node, Node)
+    return node
+
+
+def parts(description, **given):
+    """Return (the declared arguments by name, the one Node, run with given) of a description."""
     entities = description.args[0]
     arguments = {e.name: e for e in entities if isinstance(e, DeclareLaunchArgument)}
-    node, = [e for e in entities if isinstance(e, Node)]
-    return arguments, node
+    return arguments, run_opaque(description, **given)
