@@ -14,9 +14,10 @@ from rclpy.node import Node  # noqa: E402
 from rclpy.serialization import deserialize_message, serialize_message  # noqa: E402
 
 GOAL = {'prompt': 'string', 'max_new_tokens': 'int32', 'temperature': 'float',
-        'top_p': 'float', 'seed': 'int64'}
+        'top_p': 'float', 'seed': 'int64', 'response_format': 'string', 'grammar': 'string',
+        'tools': 'string', 'tool_choice': 'string'}
 RESULT = {'text': 'string', 'finish_reason': 'string', 'detail': 'string', 'tokens': 'int32',
-          'ttft_ms': 'double', 'tokens_per_s': 'double'}
+          'ttft_ms': 'double', 'tokens_per_s': 'double', 'tool_calls': 'string'}
 FEEDBACK = {'piece': 'string', 'tokens': 'int32', 'step_ms': 'double'}
 
 
@@ -31,6 +32,8 @@ def test_an_unset_goal_asks_for_the_nodes_settings():
     # 0 or negative: the node's parameter (max_new_tokens, top_p 0; temperature, seed < 0).
     assert (goal.max_new_tokens, goal.top_p) == (0, 0.0)
     assert goal.temperature < 0 and goal.seed < 0
+    # Empty output fields: the node's response_format, grammar, tools and tool_choice.
+    assert (goal.response_format, goal.grammar, goal.tools, goal.tool_choice) == ('',) * 4
 
 
 def test_text_survives_serialisation():

@@ -139,10 +139,17 @@ class Engine:
     def generate(self, prompt_ids: Sequence[int], max_new_tokens: int,
                  sampling: Sampling = Sampling(),
                  cancelled: Callable[[], bool] = lambda: False,
-                 output: OutputFormat = OutputFormat()) -> Generation:
-        """Start a reply; output asks for JSON or a grammar (ConstraintError if it can't be)."""
+                 output: OutputFormat = OutputFormat(),
+                 constraint: Optional[Constraint] = None) -> Generation:
+        """
+        Start a reply; output asks for JSON, a grammar or a tool call (ConstraintError if bad).
+
+        constraint: output's grammar compiled already (constraint(output)), for a caller that
+        checked it before the reply was due.
+        """
         return Generation(self.decoder, self.tokenizer, self.stop_ids, prompt_ids,
-                          max_new_tokens, sampling, cancelled, self.constraint(output))
+                          max_new_tokens, sampling, cancelled,
+                          constraint if constraint is not None else self.constraint(output))
 
     def constraint(self, output: OutputFormat) -> Optional[Constraint]:
         """Compile output's grammar for this model (None: free text); ConstraintError if bad."""

@@ -45,9 +45,11 @@ from .instance_claim import claim_name, NameTaken, NameWatch
 from ..engine import EngineError, load, Sampling
 from ..measurement.roofline import LiveFloor
 from ..measurement.stats import LatencyWindow, TokenIntervals
-from ..serving.params import AUTOSTART, check, check_value, DECODER_PARAMS, PARAMS_BY_NAME
+from ..serving.params import (AUTOSTART, check, check_value, DECODER_PARAMS, output_format,
+                              OUTPUT_PARAMS, PARAMS_BY_NAME)
 from ..serving.prompts import admit, too_long, truncation_limit
 from ..serving.request_queue import Ledger, Request, RequestQueue
+from ..structured import ConstraintError
 
 # What cancelled a request: its finished event's and its goal result's detail say it.
 CANCELLED_BY_CLIENT = 'cancelled by its client'
@@ -146,7 +148,12 @@ def goal_settings(goal) -> Dict[str, Any]:
               'temperature': (float(goal.temperature), goal.temperature >= 0.0),
               'top_p': (float(goal.top_p), goal.top_p != 0.0),
               'seed': (goal.seed, goal.seed >= 0)}
-    return {name: value for name, (value, given) in fields.items() if given}
+    settings = {name: value for name, (value, given) in fields.items() if given}
+    # The reply's format is one setting of four fields: a goal that gives any gives them all.
+    output = {name: getattr(goal, name, '') for name in OUTPUT_PARAMS}
+    if any(output.values()):
+        settings.update(output, tool_choice=output['tool_choice'] or 'auto')
+    return settings
 
 
 class DecoderNode(LifecycleNodeMixin, Node):
@@ -406,11 +413,11 @@ class DecoderNode(LifecycleNodeMixin, Node):
 
     def _admit(self, request_id: int, text: str, overrides: Dict[str, Any], reply,
                goal_id: Optional[str]) -> Optional[str]:
+        s = {**self._settings, **overrides}
         for name, value in overrides.items():
-            reason = check(name, value)
+            reason = check(name, value, s)
             if reason:
                 return self._reject(request_id, f'goal field {reason}', goal_id)
-        s = {**self._settings, **overrides}
         # Size and text checks come before any tokenizer work: a 2 MB payload costs a length.
         admission = admit(text, s['max_prompt_bytes'])
         if not admission.ok:
@@ -421,13 +428,22 @@ class DecoderNode(LifecycleNodeMixin, Node):
             notes.append(f'{admission.removed_controls} control characters removed')
         engine = self.engine
         max_context = engine.info.max_context
+        output = output_format(s)
         try:
-            prompt_ids = engine.encode(admission.text, s['use_chat_template'], s['system_prompt'])
+            # A schema, grammar or tool set that cannot be used is refused before any decoding.
+            constraint = engine.constraint(output)
+        except (ConstraintError, EngineError) as exc:
+            return self._reject(request_id, f'output format refused: {exc}', goal_id)
+        if constraint is not None and constraint.warnings:
+            notes.append('not enforced by the grammar: ' + '; '.join(constraint.warnings))
+        try:
+            prompt_ids = engine.encode(admission.text, s['use_chat_template'], s['system_prompt'],
+                                       output)
             if len(prompt_ids) >= max_context and s['truncate_prompt']:
                 full = len(prompt_ids)
                 prompt_ids, dropped = engine.encode_truncated(
                     admission.text, truncation_limit(max_context, s['max_new_tokens']),
-                    s['use_chat_template'], s['system_prompt'])
+                    s['use_chat_template'], s['system_prompt'], output)
                 notes.append(f'truncated from {full} to {len(prompt_ids)} tokens '
                              f'(the first {dropped} tokens of the text dropped)')
             room = max_context - len(prompt_ids)
@@ -441,7 +457,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
         seed = s['seed'] if s['seed'] >= 0 else None
         request = Request(request_id, prompt_ids, min(s['max_new_tokens'], room),
                           Sampling(s['temperature'], s['top_p'], seed), goal_id=goal_id,
-                          reply=reply)
+                          reply=reply, output=output, constraint=constraint)
 
         def accepted(position: int) -> None:
             self._ledger.count('accepted')
@@ -491,7 +507,8 @@ class DecoderNode(LifecycleNodeMixin, Node):
             text=text, finish_reason=reason,
             detail=outcome.get('detail', '') if finished else outcome['reason'],
             tokens=outcome.get('tokens', 0), ttft_ms=outcome.get('ttft_ms') or 0.0,
-            tokens_per_s=outcome.get('tokens_per_s', 0.0))
+            tokens_per_s=outcome.get('tokens_per_s', 0.0),
+            tool_calls=json.dumps(outcome.get('tool_calls', [])))
 
     def _cancel_goal(self, goal_handle) -> CancelResponse:
         request = self._goals.get(str(uuid.UUID(bytes=bytes(goal_handle.goal_id.uuid))))
@@ -596,7 +613,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
                     request.goal_id, prompt_tokens=len(request.prompt_ids))
         generation = self.engine.generate(
             request.prompt_ids, request.max_new_tokens, request.sampling,
-            cancelled=lambda: request.cancelled)
+            cancelled=lambda: request.cancelled, constraint=request.constraint)
         self._intervals.start()
         # The loop launches the next steps before it hands out a piece (engine/generate.py):
         # everything here overlaps the device's work.
@@ -620,6 +637,8 @@ class DecoderNode(LifecycleNodeMixin, Node):
             # How promptly a cancel takes: steps decoded after it arrived, and the time taken.
             extra = {'steps_after_cancel': len(steps) - request.steps_at_cancel,
                      'cancel_ms': round((time.monotonic() - request.cancelled_at) * 1000, 3)}
+        if request.output is not None and request.output.tools.strip():
+            extra['tool_calls'] = self.engine.tool_calls(generation.text, request.output)
         self._end(request, generation.text, 'finished', reason,
                   detail='; '.join(filter(None, [
                       request.cancel_detail if reason == 'cancelled' else '', generation.detail])),

@@ -12,6 +12,8 @@ from typing import Any, Mapping, Optional, Tuple
 from .prompts import check_system_prompt
 from ..engine import BACKEND_HELP, check_backend, EMBEDDED, MODEL_SPEC_HELP
 from ..engine.device import DTYPES
+from ..structured import check_output, ConstraintError, OutputFormat
+from ..structured.constraint import json_schema
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,22 @@ DECODER_PARAMS = (
           'context).'),
     Param('queue_size', 8, 'Prompts that may wait while one is decoded; more are rejected.',
           read_only=True, low=1, high=10000),
+    Param('response_format', '',
+          'Replies as JSON: a JSON schema, or {"type": "json_object"} for any JSON object; '
+          'empty for free text. A goal that sets any of response_format, grammar, tools or '
+          'tool_choice uses its own four instead.'),
+    Param('grammar', '',
+          "Replies in this grammar (llguidance's Lark syntax; a regex as start: /.../); "
+          'empty for free text.'),
+    Param('tools', '',
+          'Functions the model may call: a JSON array of OpenAI-style specs; the calls come '
+          'back in the result as tool_calls.'),
+    Param('tool_choice', 'auto',
+          'With tools: auto (call or answer), none (answer only), required (call one) or a '
+          "function's name (call it); a required call follows the functions' schemas."),
 )
+# What a reply must look like (structured.OutputFormat's fields), checked together.
+OUTPUT_PARAMS = ('response_format', 'grammar', 'tools', 'tool_choice')
 
 # Read once when decoder_node starts, before any transition.
 AUTOSTART = Param('autostart', True, 'Configure and activate at start, as an unmanaged node '
@@ -87,15 +104,34 @@ def check(name: str, value: Any, settings: Optional[Mapping[str, Any]] = None) -
     if param is None:
         return f'unknown parameter {name!r}'
     reason = check_value(param, value)
-    if reason or name not in ('system_prompt', 'max_prompt_bytes'):
+    if reason or name not in ('system_prompt', 'max_prompt_bytes') + OUTPUT_PARAMS:
         return reason
     current = {p.name: p.default for p in DECODER_PARAMS}
     current.update(settings or {})
     current[name] = value
+    if name in OUTPUT_PARAMS:
+        return check_output_params(current)
     reason = check_system_prompt(current['system_prompt'], current['max_prompt_bytes'])
     if reason and name == 'max_prompt_bytes':
         return f'max_prompt_bytes {value} refused: {reason}'
     return reason
+
+
+def output_format(settings: Mapping[str, Any]) -> OutputFormat:
+    """Return the output format the settings ask replies for."""
+    return OutputFormat(*(settings[name] for name in OUTPUT_PARAMS))
+
+
+def check_output_params(settings: Mapping[str, Any]) -> Optional[str]:
+    """Why the output parameters cannot be used together, or None (a grammar's syntax aside)."""
+    output = output_format(settings)
+    try:
+        check_output(output)
+        if output.response_format.strip():
+            json_schema(output.response_format)
+    except ConstraintError as exc:
+        return str(exc)
+    return None
 
 
 def check_value(param: Param, value: Any) -> Optional[str]:

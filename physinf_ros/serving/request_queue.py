@@ -29,6 +29,8 @@ class Request:
     cancel_detail: str = ''                # what cancelled it
     goal_id: Optional[str] = None          # the action goal it serves; None for a topic prompt
     reply: Any = None                      # where its pieces and end go (the node's sink)
+    output: Any = None                     # structured.OutputFormat: what the reply must be
+    constraint: Any = None                 # its compiled grammar (None: free text)
     _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
     _ended: bool = field(default=False, repr=False)
     _settled: bool = field(default=False, repr=False)   # its outcome is fixed: too late to cancel
