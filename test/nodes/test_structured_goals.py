@@ -24,6 +24,8 @@ TOOLS = [{'type': 'function', 'function': {
 
 
 class GoalProbe(Probe):
+    """The probe and one Generate client."""
+
     def __init__(self, namespace):
         super().__init__(namespace)
         self.generate = ActionClient(self, Generate, f'{self.base}/generate')
@@ -80,8 +82,8 @@ def test_an_output_format_that_cannot_be_used_is_refused_and_the_node_serves_on(
     assert result.finish_reason == 'rejected'
     for word in words:
         assert word in result.detail, result.detail
-    assert result_of(harness, prompt='Say hi.', max_new_tokens=3).finish_reason in ('eos',
-                                                                                   'length')
+    after = result_of(harness, prompt='Say hi.', max_new_tokens=3)
+    assert after.finish_reason in ('eos', 'length')
 
 
 def test_the_parameters_shape_topic_replies(harness):
