@@ -4,12 +4,11 @@ import json
 
 import jsonschema
 from physinf_ros.engine import load, Sampling
-from physinf_ros.resources import config_path
 from physinf_ros.structured import OutputFormat
+from physinf_ros.structured.examples import robot_schemas, schema_prompt
 import pytest
-import yaml
 
-SCHEMAS = yaml.safe_load(config_path('robot_schemas.yaml').read_text())
+SCHEMAS = robot_schemas()
 pytestmark = pytest.mark.gpu
 
 
@@ -20,9 +19,7 @@ def engines():
 
 
 def reply(engine, entry, sampling=Sampling()):
-    prompt = (f'Answer with one JSON object following this JSON schema: '
-              f'{json.dumps(entry["schema"])}\nTask: {entry["name"].replace("_", " ")}.')
-    generation = engine.generate(engine.encode(prompt), 160, sampling,
+    generation = engine.generate(engine.encode(schema_prompt(entry)), 160, sampling,
                                  output=OutputFormat(json.dumps(entry['schema'])))
     list(generation)
     return generation

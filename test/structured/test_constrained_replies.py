@@ -4,19 +4,13 @@ import json
 
 import jsonschema
 from physinf_ros.engine import load, Sampling
-from physinf_ros.resources import config_path
 from physinf_ros.structured import ConstraintError, OutputFormat
+from physinf_ros.structured.examples import robot_schemas, schema_prompt
 import pytest
-import yaml
 
-SCHEMAS = yaml.safe_load(config_path('robot_schemas.yaml').read_text())
+SCHEMAS = robot_schemas()
 # Bounded schemas fit well inside this: every string and array in them has a maximum.
 MAX_NEW_TOKENS = 160
-
-
-def robot_prompt(entry):
-    return (f'Answer with one JSON object following this JSON schema: '
-            f'{json.dumps(entry["schema"])}\nTask: {entry["name"].replace("_", " ")}.')
 
 
 @pytest.fixture(scope='module')
@@ -25,7 +19,7 @@ def eager_engine():
 
 
 def reply(engine, entry, sampling=Sampling()):
-    ids = engine.encode(robot_prompt(entry))
+    ids = engine.encode(schema_prompt(entry))
     generation = engine.generate(ids, MAX_NEW_TOKENS, sampling,
                                  output=OutputFormat(json.dumps(entry['schema'])))
     for _ in generation:
@@ -62,7 +56,7 @@ def test_unconstrained_replies_to_the_same_prompts_mostly_do_not_parse(eager_eng
     # Why the constraint exists: the embedded model, asked the same way, rarely gives valid JSON.
     valid = 0
     for entry in SCHEMAS[:6]:
-        generation = eager_engine.generate(eager_engine.encode(robot_prompt(entry)), 48)
+        generation = eager_engine.generate(eager_engine.encode(schema_prompt(entry)), 48)
         for _ in generation:
             pass
         try:

@@ -3,12 +3,11 @@
 import json
 
 from physinf_ros.engine.weights.resolve import resolve
-from physinf_ros.resources import config_path
 from physinf_ros.structured import compile_constraint, ConstraintError, OutputFormat, Vocabulary
+from physinf_ros.structured.examples import robot_schemas
 import pytest
-import yaml
 
-SCHEMAS = yaml.safe_load(config_path('robot_schemas.yaml').read_text())
+SCHEMAS = robot_schemas()
 
 
 @pytest.fixture(scope='module')
