@@ -4,6 +4,18 @@ from physinf_ros.engine.weights.source import synthetic_config
 import torch
 
 ARCHS = ('llama-3.1-8b', 'mistral-7b-v0.3', 'qwen2.5-7b')
+# The families of issue 53, shrunk: name -> (models.yaml entry, tied, sizes beyond tiny_config's).
+FAMILY_CASES = {
+    'qwen3': ('qwen3-0.6b', True, {}),
+    'qwen3-untied': ('qwen3-8b', False, {}),
+    # Four layers: the fourth has no RoPE (no_rope_layer_interval 4).
+    'smollm3': ('smollm3-3b', True, {'num_hidden_layers': 4, 'pad_token_id': 0}),
+    # Rotary on 12 of 16 dimensions; longrope's long factors from position 16 on.
+    'phi3': ('phi-4-mini', True, {
+        'original_max_position_embeddings': 16, 'pad_token_id': 0,
+        'rope_scaling': {'type': 'longrope', 'short_factor': [1.0, 1.1, 1.3, 1.6, 2.0, 2.5],
+                         'long_factor': [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]}}),
+}
 
 
 def tiny_config(arch, tie=False, sizes=None):
@@ -14,7 +26,7 @@ def tiny_config(arch, tie=False, sizes=None):
                   tie_word_embeddings=tie, initializer_range=0.5, bos_token_id=1,
                   eos_token_id=2, max_position_embeddings=4096)
     config.update(sizes or {})
-    if 'rope_scaling' in config:
+    if config.get('rope_scaling', {}).get('rope_type') == 'llama3':
         # Keep llama3 scaling meaningful at this size: a short original context.
         config['rope_scaling'] = dict(config['rope_scaling'],
                                       original_max_position_embeddings=64)

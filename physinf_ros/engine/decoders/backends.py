@@ -19,7 +19,8 @@ import torch
 from .stacks import Attention, missing, Quantization, STACK_HELP, STACKS
 from ..base import Decoder, DecoderInfo, EngineError
 from ..kernels.config import KernelConfig
-from ..model import llama
+from ..model import families
+from ..model.config import ModelConfig
 from ..weights.source import ModelSource
 
 FLOAT = 'float'   # the checkpoint kind of unquantised weights; others are quant_method values
@@ -41,13 +42,12 @@ class Build:
 def _load_native(backend: 'Backend', source: ModelSource, device: torch.device,
                  dtype: torch.dtype, max_context: int, log: Callable[[str], None], stack=None):
     try:
-        config = llama.ModelConfig.from_hf(source.hf_config)
+        config = ModelConfig.from_hf(source.hf_config)
         if source.synthetic:
-            return llama.from_state_dict(config, llama.synthetic_state_dict(
-                config, device, dtype), device, dtype)
+            return families.synthetic_weights(config, device, dtype)
         # On CUDA the linears stay 4-bit for the kernels; a CPU runs the dequantised floats.
-        return llama.load_hf_dir(source.path, device, dtype, packed=device.type == 'cuda',
-                                 hf=source.hf_config)
+        return families.load_hf_dir(source.path, device, dtype, packed=device.type == 'cuda',
+                                    hf=source.hf_config)
     except (ValueError, FileNotFoundError) as exc:
         hint = '' if source.quant_method else '; backend hf runs any transformers model'
         raise EngineError(f'backend {backend.name} cannot load {source.name}: {exc}{hint}'

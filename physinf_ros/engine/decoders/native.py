@@ -1,5 +1,5 @@
 """
-Backends `eager` and `graphed`: our own forward (model/llama.py) with a static KV cache.
+Backends `eager` and `graphed`: our own forward (model/families.py) with a static KV cache.
 
 `eager` launches the decode step op by op. `graphed` captures the whole step (every layer, the
 final norm, the lm_head and the next-token choice) once into a CUDA graph and replays it: the
@@ -29,7 +29,8 @@ from ..base import (check_prompt, check_room, ContextFull, DecoderInfo, Deferred
                     EngineError, LAUNCHED_AHEAD, PendingStep, Sampling, StepResult)
 from ..kernels import ops_torch
 from ..kernels.config import KernelConfig
-from ..model.llama import decode_layers, KVCache, prefill, prompt_logits, rope_tables, Weights
+from ..model import families
+from ..model.llama import KVCache, Weights
 from ..sampling import choose, make_generator, sample
 
 
@@ -80,8 +81,9 @@ class NativeDecoder:
         self.weights = weights
         self.step_facts = weights.step_facts   # what a step reads is what the weights hold
         self.log = log
+        self.family = families.module(config)
         self.cache = KVCache.allocate(config, info.max_context, device, weights.dtype)
-        self.cos, self.sin = rope_tables(config, info.max_context, device)
+        self.cos, self.sin = self.family.rope_tables(config, info.max_context, device)
         if device.type == 'cuda':
             # The kernels run as configured (kernels.yaml's entry for this GPU unless given).
             from ..kernels.ops_triton import KernelOps   # imports triton: CUDA runs only
@@ -127,7 +129,8 @@ class NativeDecoder:
     def _body(self, greedy: bool) -> None:
         # The step as captured: everything on the device, nothing read back.
         w = self.weights
-        x = decode_layers(w, self.cache, self.token, self.pos, self.cos, self.sin, self.ops)
+        x = self.family.decode_layers(w, self.cache, self.token, self.pos, self.cos, self.sin,
+                                      self.ops)
         eps = w.config.rms_norm_eps
         if greedy:
             self.ops.greedy_head(x, w.norm, w.lm_head, eps, self.logits, self.token, self.pos,
@@ -187,7 +190,7 @@ class NativeDecoder:
             if self.graphed:
                 self._graph(greedy=False)
         ids = torch.tensor(list(token_ids), dtype=torch.long, device=self.device)
-        logits = prefill(self.weights, self.cache, ids, self.cos, self.sin)
+        logits = self.family.prefill(self.weights, self.cache, ids, self.cos, self.sin)
         self.logits.copy_(logits)
         first = choose(logits, sampling, self._generator)
         self.token.copy_(first.view(1))
@@ -254,4 +257,4 @@ class NativeDecoder:
         self._started = False   # the cache now holds this sequence, not the reply
         self._position = len(token_ids)
         ids = torch.tensor(list(token_ids), dtype=torch.long, device=self.device)
-        return prompt_logits(self.weights, self.cache, ids, self.cos, self.sin)
+        return self.family.prompt_logits(self.weights, self.cache, ids, self.cos, self.sin)

@@ -23,7 +23,8 @@ def rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor,
                bias: Optional[torch.Tensor], eps: float,
                out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Return w @ rms_norm(x) (+ bias) as float32 [N], into out when given."""
-    y = torch.nn.functional.linear(rms_norm(x, norm_w, eps), dense(w), bias).float()
+    w = dense(w)
+    y = torch.nn.functional.linear(rms_norm(x, norm_w, eps).to(w.dtype), w, bias).float()
     return y if out is None else out.copy_(y)
 
 
@@ -52,6 +53,23 @@ def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up: torch.Ten
     """Return silu(gate) * up for gate, up = w_gate_up @ rms_norm(x), float32 [I]."""
     y = torch.nn.functional.linear(rms_norm(x, norm_w, eps), dense(w_gate_up))
     return silu_gate_up(y, w_gate_up).float()
+
+
+def head_norm(qkv: torch.Tensor, q_norm: torch.Tensor, k_norm: torch.Tensor, num_heads: int,
+              eps: float) -> None:
+    """
+    Normalise each q and k head of qkv [(Hq + 2 Hkv) D] in place (RMSNorm by q_norm, k_norm).
+
+    The heads are rounded to the norm weight's dtype first, as transformers norms the q and k
+    projections' outputs (Qwen3, Gemma 3).
+    """
+    dim = q_norm.shape[0]
+    q_end = num_heads * dim
+    k_end = q_end + (qkv.shape[0] - q_end) // 2
+    q = qkv[:q_end].view(-1, dim).to(q_norm.dtype)
+    k = qkv[q_end:k_end].view(-1, dim).to(k_norm.dtype)
+    qkv[:q_end] = rms_norm(q, q_norm, eps).float().flatten()
+    qkv[q_end:k_end] = rms_norm(k, k_norm, eps).float().flatten()
 
 
 def matvec_add(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor) -> None:
