@@ -15,7 +15,16 @@ FAMILY_CASES = {
         'original_max_position_embeddings': 16, 'pad_token_id': 0,
         'rope_scaling': {'type': 'longrope', 'short_factor': [1.0, 1.1, 1.3, 1.6, 2.0, 2.5],
                          'long_factor': [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]}}),
+    # A sliding layer (window 8), a global one (linear RoPE scaling, as the 4B), a sliding one;
+    # smaller weights than tiny_config's, whose scaled embeddings make replies of one token.
+    'gemma3': ('gemma-3-4b', True, {
+        'layer_types': ['sliding_attention', 'full_attention', 'sliding_attention'],
+        'num_hidden_layers': 3, 'sliding_window': 8, 'pad_token_id': 0,
+        'initializer_range': 0.05}),
 }
+# model_types whose tiny checkpoints get random norm weights (transformers starts them all
+# alike, which would hide a norm read in the wrong place).
+RANDOM_NORMS = ('qwen3', 'smollm3', 'phi3', 'gemma3_text')
 
 
 def tiny_config(arch, tie=False, sizes=None):
@@ -47,6 +56,12 @@ def save_tiny(arch, folder, tie=False, seed=0, sizes=None):
                 for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj,
                              layer.self_attn.v_proj):
                     proj.bias.normal_(0.0, 0.5)
+    if model.config.model_type in RANDOM_NORMS:
+        start = 0.0 if model.config.model_type == 'gemma3_text' else 1.0   # (1 + w) norms
+        with torch.no_grad():
+            for name, weight in model.named_parameters():
+                if name.endswith('norm.weight'):
+                    weight.normal_(start, 0.3)
     model.save_pretrained(folder)
     return folder
 

@@ -91,7 +91,7 @@ class NativeDecoder:
             if weights.step_facts().group_size:   # a 4-bit model: say which kernel streams it
                 log(self.ops.config.q4_kernel_note(device))
             log(self.ops.config.attention_kernel_note(config.num_kv_heads, config.head_dim,
-                                                      device))
+                                                      device, bool(config.sliding_layers)))
         else:
             self.ops = ops_torch
         self.graphed = graphed and device.type == 'cuda'

@@ -12,7 +12,7 @@ from typing import List, Optional, Tuple
 
 # model_type -> the module of model/ that holds its forward: the families our engine decodes.
 FAMILIES = {'llama': 'llama', 'mistral': 'llama', 'qwen2': 'llama', 'qwen3': 'qwen3',
-            'smollm3': 'smollm3', 'phi3': 'phi3'}
+            'smollm3': 'smollm3', 'phi3': 'phi3', 'gemma3_text': 'gemma3', 'gemma3': 'gemma3'}
 ARCHS = tuple(FAMILIES)
 # Rope types read here: transformers' names (modeling_rope_utils.py).
 ROPE_TYPES = ('default', 'llama3', 'longrope', 'linear')

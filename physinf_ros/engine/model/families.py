@@ -12,11 +12,12 @@ from typing import Optional
 
 import torch
 
-from . import llama, phi3, qwen3, smollm3
+from . import gemma3, llama, phi3, qwen3, smollm3
 from .config import ARCHS, FAMILIES, ModelConfig
 from .llama import Weights
 
-MODULES = {'llama': llama, 'qwen3': qwen3, 'smollm3': smollm3, 'phi3': phi3}
+MODULES = {'llama': llama, 'qwen3': qwen3, 'smollm3': smollm3, 'phi3': phi3,
+           'gemma3': gemma3}
 SUPPORTED = ARCHS   # the model_types of config.json our engine decodes
 
 

@@ -96,6 +96,17 @@ def silu_gate_up(y: torch.Tensor, w_gate_up: Linear) -> torch.Tensor:
     return (F.silu(blocks[..., 0, :]) * blocks[..., 1, :]).flatten(-2)
 
 
+def gelu_gate_up(y: torch.Tensor, w_gate_up: Linear) -> torch.Tensor:
+    """Return gelu_tanh(gate) * up [..., I] (GeGLU, Gemma 3) for y = x @ w_gate_up.T [..., 2 I]."""
+    if isinstance(w_gate_up, PackedLinear):
+        gate, up = y.chunk(2, dim=-1)
+        return F.gelu(gate, approximate='tanh') * up
+    i = y.shape[-1] // 2
+    b = gate_up_block(i)
+    blocks = y.unflatten(-1, (i // b, 2, b))
+    return (F.gelu(blocks[..., 0, :], approximate='tanh') * blocks[..., 1, :]).flatten(-2)
+
+
 class StateReader:
     """Takes tensors out of a Hugging Face-named state dict onto the device, linears as stored."""
 

@@ -8,9 +8,9 @@ shorter than the prompt.
 """
 
 from decode_checks import assert_same_decode, assert_same_prompt_logits
-from physinf_ros.engine import load
+from physinf_ros.engine import EngineError, load, pick_backend, Sampling
 import pytest
-from tiny_models import FAMILY_CASES, save_tiny
+from tiny_models import FAMILY_CASES, save_tiny, tiny_config
 import torch
 
 
@@ -37,3 +37,50 @@ def test_prompt_logits_match_transformers(tiny):
     name, reference, ours = tiny
     ids = torch.randint(3, 512, (40,), generator=torch.Generator().manual_seed(2)).tolist()
     assert_same_prompt_logits(reference, ours, ids)
+
+
+@pytest.fixture(scope='module')
+def olmo2_dir(tmp_path_factory):
+    # A family our engine does not decode (OLMo 2), tiny and random.
+    from transformers import AutoModelForCausalLM, Olmo2Config
+    folder = tmp_path_factory.mktemp('olmo2')
+    config = Olmo2Config(vocab_size=128, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=1, num_attention_heads=2, pad_token_id=0,
+                         bos_token_id=1, eos_token_id=2)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    return str(folder)
+
+
+def test_auto_runs_an_unsupported_family_on_hf_with_one_line_saying_why(olmo2_dir):
+    lines = []
+    engine = load(olmo2_dir, device='cpu', max_context=64, log=lines.append)
+    assert engine.info.backend == 'hf'
+    why = [line for line in lines if line.startswith('auto:')]
+    assert len(why) == 1 and "'olmo2'" in why[0] and 'backend hf' in why[0]
+    assert engine.decoder.prefill([3, 4, 5], Sampling()) in range(128)
+
+
+@pytest.mark.parametrize('backend', ['eager', 'graphed'])
+def test_our_backends_asked_by_name_refuse_an_unsupported_family(olmo2_dir, backend):
+    with pytest.raises(EngineError, match=f'backend {backend} cannot run this model: '
+                                          'model_type .olmo2.'):
+        load(olmo2_dir, backend=backend, device='cpu', max_context=64)
+
+
+def test_auto_picks_exllamav2_for_a_gptq_checkpoint_of_an_unsupported_family():
+    hf = {'model_type': 'olmo2', 'quantization_config': {'quant_method': 'gptq'}}
+    lines = []
+    assert pick_backend('auto', torch.device('cuda'), 'gptq', lines.append, hf) == 'exllamav2'
+    assert len(lines) == 1
+    with pytest.raises(EngineError, match='no backend here runs this gptq model'):
+        pick_backend('auto', torch.device('cpu'), 'gptq', hf_config=hf)
+
+
+@pytest.mark.parametrize('name', sorted(FAMILY_CASES))
+def test_auto_picks_our_engine_for_each_family(name):
+    arch, tie, sizes = FAMILY_CASES[name]
+    lines = []
+    config = tiny_config(arch, tie, sizes)
+    assert pick_backend('auto', torch.device('cpu'), None, lines.append, config) == 'eager'
+    assert pick_backend('auto', torch.device('cuda'), None, lines.append, config) == 'graphed'
+    assert not lines
