@@ -7,8 +7,12 @@ longrope crossing its original length inside the test, sliding and global layers
 shorter than the prompt.
 """
 
+import math
+
 from decode_checks import assert_same_decode, assert_same_prompt_logits
 from physinf_ros.engine import EngineError, load, pick_backend, Sampling
+from physinf_ros.engine.model.config import ModelConfig, tensor_inventory
+from physinf_ros.engine.weights.source import synthetic_config
 import pytest
 from tiny_models import FAMILY_CASES, save_tiny, tiny_config
 import torch
@@ -84,3 +88,32 @@ def test_auto_picks_our_engine_for_each_family(name):
     assert pick_backend('auto', torch.device('cpu'), None, lines.append, config) == 'eager'
     assert pick_backend('auto', torch.device('cuda'), None, lines.append, config) == 'graphed'
     assert not lines
+
+
+# Parameter counts of the published models, from the shapes in config/models.yaml: Qwen3's
+# model cards give totals and non-embedding counts (0.6B/0.44B, 1.7B/1.4B, 4.0B/3.6B,
+# 8.2B/6.95B); Gemma 3 270M and 1B are 268,098,176 and 999,885,952 parameters, 4B's language
+# model 3.88B; SmolLM3 3.08B; Phi-4-mini 3.84B.
+@pytest.mark.parametrize('arch, total, non_embedding', [
+    ('qwen3-0.6b', (0.6, 1), (0.44, 2)), ('qwen3-1.7b', (1.7, 1), (1.4, 1)),
+    ('qwen3-4b', (4.0, 1), (3.6, 1)), ('qwen3-8b', (8.2, 1), (6.95, 2)),
+    ('smollm3-3b', (3.08, 2), None), ('phi-4-mini', (3.84, 2), None),
+    ('gemma-3-270m', (0.268098176, 9), None), ('gemma-3-1b', (0.999885952, 9), None),
+    ('gemma-3-4b', (3.88, 2), None)])
+def test_synthetic_shapes_are_the_published_ones(arch, total, non_embedding):
+    # (billions, decimals as published)
+    config = ModelConfig.from_hf(synthetic_config(arch))
+    sizes = {name: math.prod(shape) for name, shape in tensor_inventory(config)}
+    embedding = sum(n for name, n in sizes.items() if 'embed' in name or 'lm_head' in name)
+    assert round(sum(sizes.values()) / 1e9, total[1]) == total[0]
+    if non_embedding is not None:
+        assert round((sum(sizes.values()) - embedding) / 1e9, non_embedding[1]) == \
+            non_embedding[0]
+
+
+def test_synthetic_gemma_3_270m_decodes_like_transformers():
+    # The smallest published shape, random weights (synthetic:): head size 256, one kv head,
+    # a 262k vocabulary, five sliding layers to a global one.
+    reference = load('synthetic:gemma-3-270m', backend='hf', device='cpu', max_context=64)
+    ours = load('synthetic:gemma-3-270m', backend='eager', device='cpu', max_context=64)
+    assert_same_decode(reference, ours, [2, 1000, 2000, 3000, 4000, 5000], steps=4)
