@@ -29,7 +29,7 @@ __all__ = ['decode_layers', 'from_state_dict', 'KVCache', 'prefill', 'prompt_log
 LOCAL, GLOBAL = 0, 1   # rows of rope_tables
 # Where the multimodal checkpoint (`gemma3`) keeps its language model: transformers 5, then 4.
 MULTIMODAL_PREFIXES = (('model.language_model.', 'model.'), ('language_model.model.', 'model.'),
-                       ('language_model.lm_head.', 'lm_head.'))
+                       ('language_model.lm_head.', 'lm_head.'), ('lm_head.', 'lm_head.'))
 
 
 @dataclass
@@ -49,13 +49,21 @@ class Layer:
 
 
 def language_model_state(state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-    """Rename a multimodal checkpoint's language-model tensors as gemma3_text names them."""
+    """
+    Rename a multimodal checkpoint's language-model tensors as gemma3_text names them.
+
+    The vision tower and projector are left out; a text checkpoint is returned as it is.
+    """
+    if not any(name.startswith(MULTIMODAL_PREFIXES[0][0]) or name.startswith(
+            MULTIMODAL_PREFIXES[1][0]) for name in state):
+        return state
     renamed = {}
     for name, tensor in state.items():
         for prefix, text_prefix in MULTIMODAL_PREFIXES:
             if name.startswith(prefix):
                 renamed[text_prefix + name[len(prefix):]] = tensor
-    return renamed or state
+                break
+    return renamed
 
 
 def from_state_dict(config: ModelConfig, state: Dict[str, torch.Tensor],

@@ -117,3 +117,25 @@ def test_synthetic_gemma_3_270m_decodes_like_transformers():
     reference = load('synthetic:gemma-3-270m', backend='hf', device='cpu', max_context=64)
     ours = load('synthetic:gemma-3-270m', backend='eager', device='cpu', max_context=64)
     assert_same_decode(reference, ours, [2, 1000, 2000, 3000, 4000, 5000], steps=4)
+
+
+def test_the_language_model_of_a_multimodal_gemma3_checkpoint(tmp_path):
+    # `gemma3` (Gemma 3 4B and up) keeps its language model under model.language_model. and
+    # its config in text_config: the same weights as a gemma3_text checkpoint decode alike.
+    import json
+    from safetensors.torch import load_file, save_file
+    arch, tie, sizes = FAMILY_CASES['gemma3']
+    text = save_tiny(arch, tmp_path / 'text', tie=tie, sizes=sizes)
+    multimodal = tmp_path / 'multimodal'
+    multimodal.mkdir()
+    state = load_file(str(text / 'model.safetensors'))
+    state = {name.replace('model.', 'model.language_model.', 1): t for name, t in state.items()}
+    state['model.vision_tower.patch_embedding.weight'] = torch.zeros(4, 4)
+    save_file(state, str(multimodal / 'model.safetensors'))
+    text_config = json.loads((text / 'config.json').read_text())
+    (multimodal / 'config.json').write_text(json.dumps(
+        {'model_type': 'gemma3', 'text_config': text_config, 'tie_word_embeddings': tie}))
+    ids = torch.randint(3, 512, (20,), generator=torch.Generator().manual_seed(3)).tolist()
+    logits = [load(str(folder), backend='eager', device='cpu', max_context=64
+                   ).decoder.prompt_logits(ids) for folder in (text, multimodal)]
+    assert torch.equal(logits[0], logits[1])
