@@ -67,6 +67,10 @@ def variants():
                      'scale': 'fp32', 'window': 'i32', 'group': 'i32', 'num_heads': 'i32',
                      'kv_heads': 'i32'},
                     {**attention, 'D': dim, 'DOT': tl.bfloat16, 'PRECISION': 'tf32'}))
+    # Gemma 3's norm of a sublayer's output added to the residual (hidden 2560, the 4B's).
+    out.append((ops_triton._norm_add_kernel, {'X': F32, 'Y': F32, 'NORM': F32, 'H': 'i32',
+                                              'eps': 'fp32'},
+                {'BLOCK': 4096, 'WDTYPE': tl.bfloat16, 'PDL': True}))
     # Qwen3's q/k norm (bf16 weights), Gemma 3's (float32 1 + weight, head size 256).
     for norm, dim in ((BF, 128), (F32, 256)):
         out.append((ops_triton._head_norm_kernel,

@@ -83,8 +83,9 @@ def rms_gate_up_gelu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up: torch.Ten
 def matvec_norm_add(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor, norm_w: torch.Tensor,
                     eps: float) -> None:
     """Add rms_norm(w @ a) into x in place: Gemma 3's residual, normed after the sublayer."""
-    y = torch.nn.functional.linear(a.to(w.dtype), dense(w))
-    x += rms_norm(y, norm_w, eps).float()
+    w = dense(w)
+    y = torch.nn.functional.linear(a.to(w.dtype), w)
+    x += rms_norm(y, norm_w, eps).to(w.dtype).float()
 
 
 def matvec_add(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor) -> None:

@@ -38,7 +38,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from . import attention_cuda, q4_cuda
 from .config import DEFAULT_CONFIG, INTERPRET, KernelConfig
 from .shapes import GemvConfig
-from ..model.llama import gate_up_block, rms_norm as torch_rms_norm
+from ..model.llama import gate_up_block
 from ..weights.gptq import PackedLinear
 
 _PDL = {}   # device index -> launch with PDL (Hopper and later, never in the interpreter)
@@ -425,6 +425,21 @@ def _head_norm_kernel(QKV, QN, KN, num_heads, eps, D: tl.constexpr, WDTYPE: tl.c
 
 
 @triton.jit
+def _norm_add_kernel(X, Y, NORM, H, eps, BLOCK: tl.constexpr, WDTYPE: tl.constexpr,
+                     PDL: tl.constexpr):
+    # x += rms_norm(y) * norm, one program for the whole vector: y rounded to the weight dtype
+    # as the sublayer's output is, normed in float32, rounded again as Gemma3RMSNorm returns it.
+    _grid_sync(PDL)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < H
+    y = tl.load(Y + cols, mask=mask, other=0.0).to(WDTYPE).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(y * y, axis=0) / H + eps)
+    normed = (y * rstd * tl.load(NORM + cols, mask=mask, other=0.0).to(tl.float32))
+    x = tl.load(X + cols, mask=mask, other=0.0)
+    tl.store(X + cols, x + normed.to(WDTYPE).to(tl.float32), mask=mask)
+
+
+@triton.jit
 def _chunk(length, SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, BLOCK_T: tl.constexpr):
     # Keys per split: spread over SPLITS programs, but never under MIN_CHUNK, so short contexts
     # use few splits and long ones all of them.
@@ -786,13 +801,17 @@ def head_norm(qkv: torch.Tensor, q_norm: torch.Tensor, k_norm: torch.Tensor, num
 def matvec_norm_add(x: torch.Tensor, a: torch.Tensor, w, norm_w: torch.Tensor, eps: float,
                     config: KernelConfig = DEFAULT_CONFIG) -> None:
     """
-    Add rms_norm(w @ a) into x in place: Gemma 3's residual, normed after the sublayer.
+    Add rms_norm(w @ a) * norm_w into x in place: Gemma 3's residual, normed after the sublayer.
 
-    The GEMV is a kernel; the norm and the add are torch ops inside the captured step.
+    Two kernels: the GEMV, then the norm and the add in one program (the vector is one hidden
+    size, a few thousand values).
     """
-    y = torch.empty(w.shape[0], device=x.device, dtype=torch.float32)
+    h = w.shape[0]
+    y = torch.empty(h, device=x.device, dtype=torch.float32)
     _matvec(w, a, y, None, None, 0.0, 'rms_matvec', config)
-    x += torch_rms_norm(y.to(w.dtype), norm_w, eps).float()
+    block = triton.next_power_of_2(h)
+    _norm_add_kernel[(1,)](x, y, norm_w, h, eps, BLOCK=block, WDTYPE=_TL_DTYPES[w.dtype],
+                           num_warps=min(16, max(4, block // 512)), **_pdl(x.device))
 
 
 def matvec_add(x: torch.Tensor, a: torch.Tensor, w,

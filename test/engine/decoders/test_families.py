@@ -139,3 +139,30 @@ def test_the_language_model_of_a_multimodal_gemma3_checkpoint(tmp_path):
     logits = [load(str(folder), backend='eager', device='cpu', max_context=64
                    ).decoder.prompt_logits(ids) for folder in (text, multimodal)]
     assert torch.equal(logits[0], logits[1])
+
+
+@pytest.mark.parametrize('arch', ['qwen3-0.6b', 'qwen3-8b', 'smollm3-3b', 'phi-4-mini',
+                                  'gemma-3-270m', 'gemma-3-4b'])
+def test_our_reading_of_each_published_config_is_transformers(arch):
+    # The layer kinds, head size, rotary part and attention scale as transformers' config
+    # classes work them out from the same config.json keys.
+    from transformers import AutoConfig
+    hf = synthetic_config(arch)
+    keys = {k: v for k, v in hf.items() if k != 'model_type'}
+    theirs = AutoConfig.for_model(hf['model_type'], **keys)
+    ours = ModelConfig.from_hf(hf)
+    assert ours.head_dim == (getattr(theirs, 'head_dim', None)
+                             or theirs.hidden_size // theirs.num_attention_heads)
+    kinds = getattr(theirs, 'layer_types', None) or ['full_attention'] * ours.num_layers
+    assert ours.sliding_layers == tuple(i for i, kind in enumerate(kinds)
+                                        if kind == 'sliding_attention')
+    assert ours.nope_layers == tuple(i for i, use in enumerate(
+        getattr(theirs, 'no_rope_layers', None) or [1] * ours.num_layers) if not use)
+    rope = theirs.rope_parameters
+    full = rope.get('full_attention', rope)
+    assert ours.rope_theta == full['rope_theta']
+    assert ours.rotary_dim == int(ours.head_dim * full.get('partial_rotary_factor', 1.0))
+    assert ours.attention_scale == pytest.approx(
+        getattr(theirs, 'query_pre_attn_scalar', ours.head_dim) ** -0.5)
+    if 'sliding_attention' in rope:
+        assert ours.local_rope_theta == rope['sliding_attention']['rope_theta']

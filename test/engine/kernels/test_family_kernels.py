@@ -54,9 +54,10 @@ def test_rms_gate_up_gelu(dtype, i):
 
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
-def test_matvec_norm_add(dtype):
-    x, a = rand(96), rand(200)
-    w, g = rand(96, 200, dtype=dtype, scale=0.1), rand(96)
+@pytest.mark.parametrize('h', [96, 2560])
+def test_matvec_norm_add(dtype, h):
+    x, a = rand(h), rand(200)
+    w, g = rand(h, 200, dtype=dtype, scale=0.1), rand(h) + 1.0
     ref, out = x.clone(), x.clone()
     ops_torch.matvec_norm_add(ref, a, w, g, 1e-6)
     ops_triton.matvec_norm_add(out, a, w, g, 1e-6)
