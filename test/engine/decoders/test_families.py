@@ -166,3 +166,12 @@ def test_our_reading_of_each_published_config_is_transformers(arch):
         getattr(theirs, 'query_pre_attn_scalar', ours.head_dim) ** -0.5)
     if 'sliding_attention' in rope:
         assert ours.local_rope_theta == rope['sliding_attention']['rope_theta']
+
+
+def test_the_roofline_counts_a_sliding_layers_window_of_keys():
+    from physinf_ros.measurement.roofline import kv_bytes
+    config = ModelConfig.from_hf(synthetic_config('gemma-3-1b'))   # 22 sliding layers of 26
+    assert len(config.sliding_layers) == 22 and config.sliding_window == 512
+    per_key = 2 * config.num_kv_heads * config.head_dim * 2   # keys and values, bf16
+    assert kv_bytes(config, 2048, 2) == per_key * (4 * 2048 + 22 * 512)
+    assert kv_bytes(config, 300, 2) == per_key * 26 * 300
