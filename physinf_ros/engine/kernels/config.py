@@ -147,8 +147,19 @@ class KernelConfig:
         return 'attention split: CUDA kernel (attention_split.cu)'
 
     def attention_for(self, kv_heads: int, head_dim: int) -> AttentionConfig:
-        """Return the attention launch shape of a model with these kv heads and head size."""
-        return self.attention_shapes.get((kv_heads, head_dim), self.attention)
+        """
+        Return the attention launch shape of a model with these kv heads and head size.
+
+        A head size past 128 with no attention_shapes row of its own (Gemma 3's 256, untuned)
+        takes the GPU's shape with as many key bytes a tile and no deeper a pipeline than at
+        128: the Triton kernel's shared memory grows with tile, head size and stages, and 64
+        keys of 256 in three stages would need about 200 KB, past what some GPUs give a block.
+        """
+        shape = self.attention_shapes.get((kv_heads, head_dim))
+        if shape is not None or head_dim <= 128:
+            return shape or self.attention
+        return replace(self.attention, block_t=max(16, self.attention.block_t * 128 // head_dim),
+                       num_stages=min(self.attention.num_stages, 2))
 
     def gemv(self, kind: str, n: int, k: int) -> GemvConfig:
         """Return the launch shape of a kind's GEMV of N outputs and K inputs."""

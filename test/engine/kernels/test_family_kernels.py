@@ -121,3 +121,12 @@ def test_whole_step_of_each_family_matches_the_torch_path(name):
 def test_published_shapes_name_their_family():
     assert {ModelConfig.from_hf(synthetic_config(arch)).family for arch, _, _ in
             FAMILY_CASES.values()} == {'qwen3', 'smollm3', 'phi3', 'gemma3'}
+
+
+def test_head_size_256_takes_a_tile_of_the_bytes_of_128_unless_a_row_names_it():
+    # The GPU's shape where there is one (its kernels.yaml entry), else the defaults.
+    config = KernelConfig.for_device(DEVICE, lambda _: None) if DEVICE.type == 'cuda' \
+        else KernelConfig()
+    at_128, at_256 = config.attention, config.attention_for(1, 256)
+    assert at_256.block_t * 256 == at_128.block_t * 128 or at_256.block_t == 16
+    assert at_256.num_stages <= 2 and at_256.splits == at_128.splits
