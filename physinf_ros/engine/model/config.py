@@ -124,6 +124,8 @@ class ModelConfig:
         for key in ('attn_logit_softcapping', 'final_logit_softcapping'):
             if hf.get(key) is not None:
                 raise ValueError(f'{key} is not supported (Gemma 3 has none)')
+        if hf.get('use_bidirectional_attention'):   # EmbeddingGemma: an encoder, no decoder
+            raise ValueError('use_bidirectional_attention (an embedding model) is not supported')
         layers = hf['num_hidden_layers']
         # transformers 5 nests rope settings in rope_parameters; older configs keep them flat.
         theta, rope = _rope_fields(hf, 'full_attention')

@@ -175,3 +175,12 @@ def test_the_roofline_counts_a_sliding_layers_window_of_keys():
     per_key = 2 * config.num_kv_heads * config.head_dim * 2   # keys and values, bf16
     assert kv_bytes(config, 2048, 2) == per_key * (4 * 2048 + 22 * 512)
     assert kv_bytes(config, 300, 2) == per_key * 26 * 300
+
+
+@pytest.mark.parametrize('key, value', [('final_logit_softcapping', 30.0),
+                                        ('attn_logit_softcapping', 50.0),
+                                        ('use_bidirectional_attention', True)])
+def test_gemma_settings_our_forward_lacks_are_refused(key, value):
+    hf = dict(synthetic_config('gemma-3-1b'), **{key: value})
+    with pytest.raises(ValueError, match=key):
+        ModelConfig.from_hf(hf)
