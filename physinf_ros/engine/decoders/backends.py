@@ -152,7 +152,7 @@ BY_NAME = {backend.name: backend for backend in TABLE}
 # also as NAME:STACK).
 BACKENDS = (AUTO,) + tuple(BY_NAME)
 BACKEND_HELP = ('auto (the fastest here: graphed on CUDA, GPTQ on our 4-bit kernels; exllamav2 '
-                'for EXL2; eager on a CPU), '
+                'for EXL2; eager on a CPU; hf for a model_type our forward does not decode), '
                 + ', '.join(f'{b.name} ({b.summary})' for b in TABLE)
                 + '; hf and hf-graphed also as NAME:STACK, a stack being ' + STACK_HELP)
 
