@@ -13,7 +13,7 @@ their window of it).
 """
 
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -38,6 +38,7 @@ class Layer:
 
     attn_norm: torch.Tensor     # [H] before attention
     wqkv: Linear                # [q + 2 kv, H]
+    bqkv: Optional[torch.Tensor]  # where attention_bias is set
     q_norm: torch.Tensor        # [head_dim]
     k_norm: torch.Tensor        # [head_dim]
     wo: Linear                  # [H, q]
@@ -78,9 +79,9 @@ def from_state_dict(config: ModelConfig, state: Dict[str, torch.Tensor],
     layers = []
     for i in range(config.num_layers):
         p = f'model.layers.{i}.'
-        wqkv, _ = read.qkv(p)
+        wqkv, bqkv = read.qkv(p, config.qkv_bias)
         layers.append(Layer(
-            norm(p + 'input_layernorm.weight'), wqkv, norm(p + 'self_attn.q_norm.weight'),
+            norm(p + 'input_layernorm.weight'), wqkv, bqkv, norm(p + 'self_attn.q_norm.weight'),
             norm(p + 'self_attn.k_norm.weight'), read.linear(p + 'self_attn.o_proj'),
             norm(p + 'post_attention_layernorm.weight'),
             norm(p + 'pre_feedforward_layernorm.weight'), read.gate_up(p),
@@ -134,7 +135,7 @@ def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tens
     sliding = (row[None, :] <= row[:, None]) & (row[None, :] > row[:, None] - c.sliding_window)
     for i, (layer, (kind, window)) in enumerate(zip(w.layers, layer_kinds(c))):
         cos_n, sin_n = cos[kind, :n][:, None], sin[kind, :n][:, None]
-        qkv = F.linear(norm(x, layer.attn_norm), dense(layer.wqkv))
+        qkv = F.linear(norm(x, layer.attn_norm), dense(layer.wqkv), layer.bqkv)
         q, k, v = qkv.split([c.q_size, c.kv_size, c.kv_size], dim=-1)
         q = norm(q.view(n, c.num_heads, c.head_dim), layer.q_norm)
         k = norm(k.view(n, c.num_kv_heads, c.head_dim), layer.k_norm)
@@ -157,7 +158,7 @@ def decode_layers(w: Weights, cache: KVCache, token: torch.Tensor, pos: torch.Te
     x = ops.embed(w.embed, token)                                  # [H] residual
     x = (x.to(w.embed.dtype) * embed_scale(c, w.embed.dtype)).float()
     for i, (layer, (kind, window)) in enumerate(zip(w.layers, layer_kinds(c))):
-        qkv = ops.rms_matvec(x, layer.attn_norm, layer.wqkv, None, eps)
+        qkv = ops.rms_matvec(x, layer.attn_norm, layer.wqkv, layer.bqkv, eps)
         ops.head_norm(qkv, layer.q_norm, layer.k_norm, c.num_heads, eps)
         attn = ops.rope_attention(qkv, pos, cos[kind], sin[kind], cache.k[i], cache.v[i],
                                   c.num_heads, c.attention_scale, window)

@@ -1,6 +1,8 @@
 """
 Our own Llama-family forward: Llama 2/3.x, Mistral and Qwen2/2.5.
 
+The other families' files (qwen3.py, smollm3.py, phi3.py, gemma3.py) build on its functions.
+
 In the manner of gpt-fast's model.py: the weights as plain tensors (QKV and gate/up fused), a
 static KV cache, and small pure functions; the config and tensor names are in config.py.
 `prefill` runs a prompt with PyTorch ops; `decode_one_token` is one batch-1 step written against
@@ -126,11 +128,11 @@ class StateReader:
             state.pop(name + '.qweight'), state.pop(name + '.qzeros'), state.pop(name + '.scales'),
             state.pop(name + '.g_idx', None), self.dtype, self.device)
 
-    def qkv(self, prefix: str) -> Tuple[Linear, Optional[torch.Tensor]]:
-        """Take the fused QKV linear of layer prefix and its bias (None where there is none)."""
+    def qkv(self, prefix: str, biased: bool) -> Tuple[Linear, Optional[torch.Tensor]]:
+        """Take the fused QKV linear of layer prefix and, if biased, its bias (else None)."""
         parts = [self.linear(prefix + f'self_attn.{x}_proj') for x in 'qkv']
         wqkv = PackedLinear.cat(parts) if isinstance(parts[0], PackedLinear) else torch.cat(parts)
-        if prefix + 'self_attn.q_proj.bias' not in self.state:
+        if not biased:
             return wqkv, None
         return wqkv, torch.cat([self.take(prefix + f'self_attn.{x}_proj.bias') for x in 'qkv'])
 
@@ -150,7 +152,7 @@ def from_state_dict(config: ModelConfig, state: Dict[str, torch.Tensor],
     layers = []
     for i in range(config.num_layers):
         p = f'model.layers.{i}.'
-        wqkv, bqkv = read.qkv(p)
+        wqkv, bqkv = read.qkv(p, config.qkv_bias)
         layers.append(Layer(read.take(p + 'input_layernorm.weight'), wqkv, bqkv,
                             read.linear(p + 'self_attn.o_proj'),
                             read.take(p + 'post_attention_layernorm.weight'), read.gate_up(p),

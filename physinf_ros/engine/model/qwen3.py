@@ -42,7 +42,7 @@ def from_state_dict(config: ModelConfig, state: Dict[str, torch.Tensor],
     layers = []
     for i in range(config.num_layers):
         p = f'model.layers.{i}.'
-        wqkv, bqkv = read.qkv(p)
+        wqkv, bqkv = read.qkv(p, config.qkv_bias)
         layers.append(Layer(read.take(p + 'input_layernorm.weight'), wqkv, bqkv,
                             read.take(p + 'self_attn.q_norm.weight'),
                             read.take(p + 'self_attn.k_norm.weight'),
