@@ -7,7 +7,7 @@ This module is the engine's face: load() and Engine (loading.py), the backend ta
 these names from here.
 
 Layout: base.py (the Decoder protocol, Sampling, the errors), device.py, sampling.py and text.py
-are the core the parts share; model/ is the Llama-family config and forward; weights/ turns a
+are the core the parts share; model/ holds the config and one forward a family; weights/ turns a
 model spec into a directory and writes GPTQ copies; kernels/ holds the decode step's ops in
 PyTorch, Triton and CUDA; decoders/ the backends. generate.py is the generation loop, and
 loading.py puts a model, a backend and a tokenizer together. No import circle

@@ -180,7 +180,7 @@ def load(model: str = EMBEDDED, backend: str = 'auto', device: str = 'auto',
     if check_backend(backend):   # before resolving: a typo should not start a conversion
         pick_backend(backend, torch_device)
     source = resolve(model, log)
-    name = pick_backend(backend, torch_device, source.quant_method, log)
+    name = pick_backend(backend, torch_device, source.quant_method, log, source.hf_config)
     chosen = record(name)
     notes = [f'asked for {backend}'] if backend not in ('auto', name) else []
     fixed = chosen.family.dtype

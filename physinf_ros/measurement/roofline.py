@@ -128,9 +128,10 @@ def weight_bytes_per_step(config: ModelConfig, accounting: ByteAccounting) -> fl
 
 
 def kv_bytes(config: ModelConfig, ctx: int, bytes_per_element: float) -> float:
-    """K(ctx): bytes of keys and values a step at context ctx reads."""
-    return (2 * config.num_layers * config.num_kv_heads * config.head_dim * ctx
-            * bytes_per_element)
+    """K(ctx): bytes of keys and values a step at context ctx reads (sliding layers: a window)."""
+    sliding = len(config.sliding_layers)
+    keys = (config.num_layers - sliding) * ctx + sliding * min(ctx, config.sliding_window)
+    return 2 * config.num_kv_heads * config.head_dim * keys * bytes_per_element
 
 
 def t_floor_s(weight_bytes: float, kv_cache_bytes: float, bandwidth_gbs: float) -> float:

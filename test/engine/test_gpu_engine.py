@@ -17,7 +17,7 @@ from physinf_ros.engine.base import LAUNCHED_AHEAD
 from physinf_ros.engine.kernels.config import KernelConfig
 from physinf_ros.engine.weights.resolve import resolve
 import pytest
-from tiny_models import ARCHS, dequantised_copy, save_tiny, save_tiny_gptq
+from tiny_models import ARCHS, dequantised_copy, FAMILY_CASES, save_tiny, save_tiny_gptq
 import torch
 
 pytestmark = pytest.mark.gpu
@@ -322,3 +322,47 @@ def test_the_decoder_keeps_the_kernel_configuration_it_was_given(tmp_path):
     assert given.gemv('rms_matvec', 6144, 4096) == given.tuned['rms_matvec', 6144, 4096]
     default = load(model, backend='graphed', device='cuda', max_context=64)
     assert default.decoder.ops.config == KernelConfig.for_device(cuda)
+
+
+# The families of issue 53 (Qwen3, SmolLM3, Phi-3, Gemma 3): the same criterion on their tiny
+# checkpoints (tiny_models.FAMILY_CASES: q/k norms, a layer without RoPE, partial rotary with
+# longrope, sliding and global layers), then at long prompts, then at the published shapes.
+@pytest.mark.parametrize('name', sorted(FAMILY_CASES))
+@pytest.mark.parametrize('weights', ['bf16', '4-bit'])
+def test_graphed_families_match_transformers_on_tiny_checkpoints(tmp_path, name, weights):
+    arch, tie, sizes = FAMILY_CASES[name]
+    prompt = torch.randint(3, 512, (40,), generator=torch.Generator().manual_seed(2)).tolist()
+    if weights == 'bf16':
+        check_logits(str(save_tiny(arch, tmp_path, tie, sizes=sizes)), prompt, 32, f'tiny {name}')
+    else:
+        gptq_dir, float_dir = save_tiny_gptq(arch, tmp_path, tie, sizes=sizes)
+        check_logits(str(float_dir), prompt, 32, f'tiny {name} GPTQ', ours=str(gptq_dir))
+
+
+@pytest.mark.parametrize('name', sorted(FAMILY_CASES))
+@pytest.mark.parametrize('weights', ['bf16', '4-bit'])
+def test_long_prompts_of_each_family(tmp_path, name, weights):
+    # 16000 tokens as above; Gemma 3's window at its published 512 (1B), far behind the new key.
+    arch, tie, sizes = FAMILY_CASES[name]
+    sizes = dict(sizes, max_position_embeddings=16384)
+    if 'sliding_window' in sizes:
+        sizes['sliding_window'] = 512
+    prompt = torch.randint(3, 512, (LONG_PROMPT,),
+                           generator=torch.Generator().manual_seed(4)).tolist()
+    label = f'tiny {name}{" GPTQ" if weights == "4-bit" else ""}, {LONG_PROMPT}-token prompt'
+    if weights == 'bf16':
+        check_logits(str(save_tiny(arch, tmp_path, tie, sizes=sizes)), prompt, 16, label,
+                     max_context=16384)
+    else:
+        gptq_dir, float_dir = save_tiny_gptq(arch, tmp_path, tie, sizes=sizes)
+        check_logits(str(float_dir), prompt, 16, label, ours=str(gptq_dir), max_context=16384)
+
+
+@pytest.mark.parametrize('arch', ['qwen3-0.6b', 'smollm3-3b', 'phi-4-mini', 'gemma-3-1b'])
+def test_published_shapes_of_each_family_on_an_8k_token_prompt(arch):
+    # Random weights of the published shape (synthetic:), 8192 tokens: past Phi-4-mini's
+    # original 4096 (longrope's long factors) and many Gemma 3 windows; head size 256 and one
+    # kv head on Gemma 3 1B.
+    prompt = torch.randint(3, 30000, (8192,), generator=torch.Generator().manual_seed(6)).tolist()
+    check_logits(f'synthetic:{arch}', prompt, 16, f'synthetic:{arch}, 8192-token prompt',
+                 max_context=8448)

@@ -41,10 +41,11 @@ def variants():
                       'HAS_ARGMAX': argmax, 'BLOCK_N': 8, 'BLOCK_K': 1024, 'SPLIT_K': split,
                       'EVEN': even, 'STREAM': 'evict_first', 'AHEAD': ahead, 'PDL': True}
             out.append((ops_triton._matvec_kernel, GEMV, consts))
-        out.append((ops_triton._gate_up_kernel, {k: GEMV[k] for k in ('W', 'X', 'Y', 'NORM', 'N',
-                                                                      'K', 'eps')},
-                    {'ROW_BLOCK': 8, 'BLOCK_N': 4, 'BLOCK_K': 512, 'EVEN': even,
-                     'STREAM': 'evict_first', 'PDL': True}))
+        for gelu in (False, True):   # SwiGLU, and Gemma 3's GeGLU
+            out.append((ops_triton._gate_up_kernel,
+                        {k: GEMV[k] for k in ('W', 'X', 'Y', 'NORM', 'N', 'K', 'eps')},
+                        {'ROW_BLOCK': 8, 'BLOCK_N': 4, 'BLOCK_K': 512, 'EVEN': even,
+                         'STREAM': 'evict_first', 'GELU': gelu, 'PDL': True}))
     q4 = {'QW': '*i32', 'S': '*fp16', 'Z': '*u8', 'X': F32, 'Y': F32, 'NORM': BF, 'BIAS': BF,
           'N': 'i32', 'K': 'i32', 'N_ALL': 'i32', 'eps': 'fp32', 'MAGIC': 'i32'}
     for even in (True, False):
@@ -59,11 +60,23 @@ def variants():
                          'STREAM': 'evict_first', 'PDL': True}))
     attention = {'D': 128, 'GROUP_P': 16, 'BLOCK_T': 64, 'SPLITS': 32, 'MIN_CHUNK': 128,
                  'PDL': True}
-    out.append((ops_triton._attn_split_kernel,
-                {'QKV': F32, 'KC': BF, 'VC': BF, 'POS': '*i32', 'MAXS': F32, 'SUMS': F32,
-                 'ACCS': F32, 'COS': F32, 'SIN': F32, 'max_context': 'i32', 'scale': 'fp32',
-                 'group': 'i32', 'num_heads': 'i32', 'kv_heads': 'i32'},
-                {**attention, 'DOT': tl.bfloat16, 'PRECISION': 'tf32'}))
+    for dim in (128, 256):   # Gemma 3's head size 256 too
+        out.append((ops_triton._attn_split_kernel,
+                    {'QKV': F32, 'KC': BF, 'VC': BF, 'POS': '*i32', 'MAXS': F32, 'SUMS': F32,
+                     'ACCS': F32, 'COS': F32, 'SIN': F32, 'max_context': 'i32',
+                     'scale': 'fp32', 'window': 'i32', 'group': 'i32', 'num_heads': 'i32',
+                     'kv_heads': 'i32'},
+                    {**attention, 'D': dim, 'DOT': tl.bfloat16, 'PRECISION': 'tf32'}))
+    # Gemma 3's norm of a sublayer's output added to the residual (hidden 2560, the 4B's).
+    out.append((ops_triton._norm_add_kernel, {'X': F32, 'Y': F32, 'NORM': F32, 'H': 'i32',
+                                              'eps': 'fp32'},
+                {'BLOCK': 4096, 'WDTYPE': tl.bfloat16, 'PDL': True}))
+    # Qwen3's q/k norm (bf16 weights), Gemma 3's (float32 1 + weight, head size 256).
+    for norm, dim in ((BF, 128), (F32, 256)):
+        out.append((ops_triton._head_norm_kernel,
+                    {'QKV': F32, 'QN': norm, 'KN': norm, 'num_heads': 'i32', 'eps': 'fp32'},
+                    {'D': dim, 'WDTYPE': tl.bfloat16 if norm == BF else tl.float32,
+                     'PDL': True}))
     out.append((ops_triton._attn_reduce_kernel,
                 {'MAXS': F32, 'SUMS': F32, 'ACCS': F32, 'OUT': F32, 'group': 'i32'},
                 {k: attention[k] for k in ('D', 'GROUP_P', 'SPLITS', 'PDL')}))

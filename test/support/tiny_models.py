@@ -4,6 +4,27 @@ from physinf_ros.engine.weights.source import synthetic_config
 import torch
 
 ARCHS = ('llama-3.1-8b', 'mistral-7b-v0.3', 'qwen2.5-7b')
+# The families of issue 53, shrunk: name -> (models.yaml entry, tied, sizes beyond tiny_config's).
+FAMILY_CASES = {
+    'qwen3': ('qwen3-0.6b', True, {}),
+    'qwen3-untied': ('qwen3-8b', False, {}),
+    # Four layers: the fourth has no RoPE (no_rope_layer_interval 4).
+    'smollm3': ('smollm3-3b', True, {'num_hidden_layers': 4, 'pad_token_id': 0}),
+    # Rotary on 12 of 16 dimensions; longrope's long factors from position 16 on.
+    'phi3': ('phi-4-mini', True, {
+        'original_max_position_embeddings': 16, 'pad_token_id': 0,
+        'rope_scaling': {'type': 'longrope', 'short_factor': [1.0, 1.1, 1.3, 1.6, 2.0, 2.5],
+                         'long_factor': [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]}}),
+    # A sliding layer (window 8), a global one (linear RoPE scaling, as the 4B), a sliding one;
+    # smaller weights than tiny_config's, whose scaled embeddings make replies of one token.
+    'gemma3': ('gemma-3-4b', True, {
+        'layer_types': ['sliding_attention', 'full_attention', 'sliding_attention'],
+        'num_hidden_layers': 3, 'sliding_window': 8, 'pad_token_id': 0,
+        'initializer_range': 0.05}),
+}
+# model_types whose tiny checkpoints get random norm weights (transformers starts them all
+# alike, which would hide a norm read in the wrong place).
+RANDOM_NORMS = ('qwen3', 'smollm3', 'phi3', 'gemma3_text')
 
 
 def tiny_config(arch, tie=False, sizes=None):
@@ -14,7 +35,7 @@ def tiny_config(arch, tie=False, sizes=None):
                   tie_word_embeddings=tie, initializer_range=0.5, bos_token_id=1,
                   eos_token_id=2, max_position_embeddings=4096)
     config.update(sizes or {})
-    if 'rope_scaling' in config:
+    if config.get('rope_scaling', {}).get('rope_type') == 'llama3':
         # Keep llama3 scaling meaningful at this size: a short original context.
         config['rope_scaling'] = dict(config['rope_scaling'],
                                       original_max_position_embeddings=64)
@@ -35,6 +56,12 @@ def save_tiny(arch, folder, tie=False, seed=0, sizes=None):
                 for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj,
                              layer.self_attn.v_proj):
                     proj.bias.normal_(0.0, 0.5)
+    if model.config.model_type in RANDOM_NORMS:
+        start = 0.0 if model.config.model_type == 'gemma3_text' else 1.0   # (1 + w) norms
+        with torch.no_grad():
+            for name, weight in model.named_parameters():
+                if name.endswith('norm.weight'):
+                    weight.normal_(start, 0.3)
     model.save_pretrained(folder)
     return folder
 

@@ -4,8 +4,11 @@ The backends, one record each: every fact about a backend is written here and re
 A record says which family the backend belongs to (backends of one family share loaded
 weights, so a session may move between them without loading again), what it runs as where
 there is no CUDA, which checkpoints it takes (float, gptq, exl2), whether `auto` may pick it,
-how its family loads weights and how it makes a decoder on them. The transformers backends
-also take a software stack after a colon (`hf-graphed:sdpa-cudnn`, `hf:bnb-nf4`; stacks.py).
+how its family loads weights and how it makes a decoder on them, and which models its family
+refuses (ours decodes the model_types of model/config.py's FAMILIES: llama, mistral, qwen2,
+qwen3, smollm3, phi3, gemma3_text and gemma3's language model; `auto` runs any other on hf).
+The transformers backends also take a software stack after a colon (`hf-graphed:sdpa-cudnn`,
+`hf:bnb-nf4`; stacks.py).
 `pick` resolves a request against the table; `Engine` (engine/loading.py) loads and renews
 through it.
 """
@@ -19,7 +22,8 @@ import torch
 from .stacks import Attention, missing, Quantization, STACK_HELP, STACKS
 from ..base import Decoder, DecoderInfo, EngineError
 from ..kernels.config import KernelConfig
-from ..model import llama
+from ..model import families
+from ..model.config import ModelConfig
 from ..weights.source import ModelSource
 
 FLOAT = 'float'   # the checkpoint kind of unquantised weights; others are quant_method values
@@ -41,13 +45,12 @@ class Build:
 def _load_native(backend: 'Backend', source: ModelSource, device: torch.device,
                  dtype: torch.dtype, max_context: int, log: Callable[[str], None], stack=None):
     try:
-        config = llama.ModelConfig.from_hf(source.hf_config)
+        config = ModelConfig.from_hf(source.hf_config)
         if source.synthetic:
-            return llama.from_state_dict(config, llama.synthetic_state_dict(
-                config, device, dtype), device, dtype)
+            return families.synthetic_weights(config, device, dtype)
         # On CUDA the linears stay 4-bit for the kernels; a CPU runs the dequantised floats.
-        return llama.load_hf_dir(source.path, device, dtype, packed=device.type == 'cuda',
-                                 hf=source.hf_config)
+        return families.load_hf_dir(source.path, device, dtype, packed=device.type == 'cuda',
+                                    hf=source.hf_config)
     except (ValueError, FileNotFoundError) as exc:
         hint = '' if source.quant_method else '; backend hf runs any transformers model'
         raise EngineError(f'backend {backend.name} cannot load {source.name}: {exc}{hint}'
@@ -100,10 +103,12 @@ class Family:
     needs_cuda: bool = False             # no CPU path at all
     dtype: Optional[torch.dtype] = None  # computes in this dtype whatever was asked
     stacks: bool = False                 # takes a software stack (stacks.py) after a colon
+    # config.json -> why this family cannot run the model (None: it can); None: runs any
+    refuses: Optional[Callable[[dict], Optional[str]]] = None
 
 
 NATIVE = Family('native', frozenset({FLOAT, 'gptq'}), _load_native, _make_native,
-                attrgetter('weights'))
+                attrgetter('weights'), refuses=families.supported)
 HF = Family('hf', frozenset({FLOAT}), _load_hf, _make_hf, attrgetter('model'), stacks=True)
 EXLLAMA = Family('exllamav2', frozenset({'gptq', 'exl2'}), _load_exllama, _make_exllama,
                  attrgetter('model'), needs_cuda=True, dtype=torch.float16)
@@ -147,7 +152,7 @@ BY_NAME = {backend.name: backend for backend in TABLE}
 # also as NAME:STACK).
 BACKENDS = (AUTO,) + tuple(BY_NAME)
 BACKEND_HELP = ('auto (the fastest here: graphed on CUDA, GPTQ on our 4-bit kernels; exllamav2 '
-                'for EXL2; eager on a CPU), '
+                'for EXL2; eager on a CPU; hf for a model_type our forward does not decode), '
                 + ', '.join(f'{b.name} ({b.summary})' for b in TABLE)
                 + '; hf and hf-graphed also as NAME:STACK, a stack being ' + STACK_HELP)
 
@@ -210,18 +215,20 @@ def graph_of(name: str) -> Optional[str]:
 
 
 def pick(backend: str, device: torch.device, quantization: Optional[str] = None,
-         log: Callable[[str], None] = lambda _: None) -> str:
+         log: Callable[[str], None] = lambda _: None, hf_config: Optional[dict] = None) -> str:
     """
     Resolve 'auto' and fall back from graph backends where there is no CUDA.
 
     quantization is the checkpoint's quant_method ('gptq', 'exl2') or None for float weights.
     A stack that cannot run here (no CUDA, its package missing) is refused, before any load.
+    hf_config (the model's config.json) lets `auto` pass over a family that refuses the model
+    (one log line says why) and names why an explicit backend cannot run it.
     """
     wrong = check_name(backend)
     if wrong:
         raise EngineError(wrong)
     base, stack_name = split(backend)
-    name = _pick(base, device, quantization, log)
+    name = _pick(base, device, quantization, log, hf_config)
     if stack_name is None:
         return name
     stack = STACKS[stack_name]
@@ -235,7 +242,7 @@ def pick(backend: str, device: torch.device, quantization: Optional[str] = None,
 
 
 def _pick(backend: str, device: torch.device, quantization: Optional[str],
-          log: Callable[[str], None]) -> str:
+          log: Callable[[str], None], hf_config: Optional[dict] = None) -> str:
     cuda = device.type == 'cuda'
     takers = [b for b in TABLE if b.takes(quantization)]
     if not takers:
@@ -247,6 +254,20 @@ def _pick(backend: str, device: torch.device, quantization: Optional[str],
                           f'{_auto(takers).name}, which needs a CUDA GPU (device is '
                           f'{device.type})')
     chosen = _auto(takers) if backend == AUTO else BY_NAME[backend]
+    why = _refused(chosen, hf_config)
+    if why and backend != AUTO:
+        raise EngineError(f'backend {chosen.name} cannot run this model: {why}; backend hf runs '
+                          'any transformers model')
+    if why:
+        others = [b for b in takers if not _refused(b, hf_config)
+                  and (cuda or not b.family.needs_cuda)]
+        if not others:
+            raise EngineError(f'no backend here runs this {quantization or FLOAT} model: '
+                              f'{chosen.name} cannot ({why})')
+        fallback = next((b for b in others if b.auto), others[0])
+        log(f'auto: our engine does not decode this model ({why}); running it on backend '
+            f'{fallback.name}')
+        chosen = fallback
     if backend == AUTO and chosen.without_cuda and not cuda:
         chosen = BY_NAME[chosen.without_cuda]   # auto on a CPU: the eager forward, no note
     if not chosen.takes(quantization):
@@ -263,6 +284,11 @@ def _pick(backend: str, device: torch.device, quantization: Optional[str],
             f'{chosen.without_cuda} (the same forward, launched op by op)')
         return chosen.without_cuda
     return chosen.name
+
+
+def _refused(backend: Backend, hf_config: Optional[dict]) -> Optional[str]:
+    refuses = backend.family.refuses
+    return None if refuses is None or hf_config is None else refuses(hf_config)
 
 
 def _auto(takers) -> Backend:

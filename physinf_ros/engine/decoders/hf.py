@@ -61,7 +61,7 @@ class HFDecoder(ForwardDecoder):
         model.set_attn_implementation(self.attention.implementation)
 
     def step_facts(self) -> StepFacts:
-        """Return the model's shape and storage; ValueError outside the Llama family."""
+        """Return the model's shape and storage; ValueError outside the families we decode."""
         element = self.model.dtype.itemsize
         weight_format = self.quantization.weight_format if self.quantization else None
         return StepFacts(ModelConfig.from_hf(self.model.config.to_dict()), element, element,

@@ -1,5 +1,5 @@
 """
-Backends `eager` and `graphed`: our own forward (model/llama.py) with a static KV cache.
+Backends `eager` and `graphed`: our own forward (model/families.py) with a static KV cache.
 
 `eager` launches the decode step op by op. `graphed` captures the whole step (every layer, the
 final norm, the lm_head and the next-token choice) once into a CUDA graph and replays it: the
@@ -35,7 +35,8 @@ from ..base import (AllowedTokens, check_prompt, check_room, ContextFull, Decode
                     DeferredStep, EngineError, LAUNCHED_AHEAD, PendingStep, Sampling, StepResult)
 from ..kernels import ops_torch
 from ..kernels.config import KernelConfig
-from ..model.llama import decode_layers, KVCache, prefill, prompt_logits, rope_tables, Weights
+from ..model import families
+from ..model.llama import KVCache, Weights
 from ..sampling import choose, make_generator, mask_logits, sample
 
 
@@ -86,8 +87,9 @@ class NativeDecoder:
         self.weights = weights
         self.step_facts = weights.step_facts   # what a step reads is what the weights hold
         self.log = log
+        self.family = families.module(config)
         self.cache = KVCache.allocate(config, info.max_context, device, weights.dtype)
-        self.cos, self.sin = rope_tables(config, info.max_context, device)
+        self.cos, self.sin = self.family.rope_tables(config, info.max_context, device)
         if device.type == 'cuda':
             # The kernels run as configured (kernels.yaml's entry for this GPU unless given).
             from ..kernels.ops_triton import KernelOps   # imports triton: CUDA runs only
@@ -95,7 +97,7 @@ class NativeDecoder:
             if weights.step_facts().group_size:   # a 4-bit model: say which kernel streams it
                 log(self.ops.config.q4_kernel_note(device))
             log(self.ops.config.attention_kernel_note(config.num_kv_heads, config.head_dim,
-                                                      device))
+                                                      device, bool(config.sliding_layers)))
         else:
             self.ops = ops_torch
         self.graphed = graphed and device.type == 'cuda'
@@ -140,7 +142,8 @@ class NativeDecoder:
     def _body(self, greedy: bool, constrained: bool = False) -> None:
         # The step as captured: everything on the device, nothing read back.
         w = self.weights
-        x = decode_layers(w, self.cache, self.token, self.pos, self.cos, self.sin, self.ops)
+        x = self.family.decode_layers(w, self.cache, self.token, self.pos, self.cos, self.sin,
+                                      self.ops)
         eps = w.config.rms_norm_eps
         if greedy and not constrained:
             self.ops.greedy_head(x, w.norm, w.lm_head, eps, self.logits, self.token, self.pos,
@@ -207,7 +210,7 @@ class NativeDecoder:
         if self.graphed and (allowed is not None or not sampling.greedy):
             self._graph(sampling.greedy, allowed is not None)
         ids = torch.tensor(list(token_ids), dtype=torch.long, device=self.device)
-        logits = prefill(self.weights, self.cache, ids, self.cos, self.sin)
+        logits = self.family.prefill(self.weights, self.cache, ids, self.cos, self.sin)
         self.logits.copy_(logits)
         if allowed is not None:
             logits = mask_logits(logits, self._load_allowed())
@@ -285,4 +288,4 @@ class NativeDecoder:
         self._started = False   # the cache now holds this sequence, not the reply
         self._position = len(token_ids)
         ids = torch.tensor(list(token_ids), dtype=torch.long, device=self.device)
-        return prompt_logits(self.weights, self.cache, ids, self.cos, self.sin)
+        return self.family.prompt_logits(self.weights, self.cache, ids, self.cos, self.sin)

@@ -10,7 +10,7 @@ reduce kernel merges the splits' partials.
 
 import ctypes
 from pathlib import Path
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 
@@ -92,20 +92,22 @@ def oversize(device: torch.device, head_dim: int, stages: int) -> str:
 def split(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
           k_cache: torch.Tensor, v_cache: torch.Tensor, maxs: torch.Tensor, sums: torch.Tensor,
           accs: torch.Tensor, num_heads: int, group_p: int, splits: int,
-          min_chunk: int, stages: int) -> None:
+          min_chunk: int, stages: int, scale: Optional[float] = None) -> None:
     """
     Launch the split kernel: the contract of ops_triton._attn_split_kernel.
 
     Rotates q and this token's k at pos, stores k and v at pos, and writes each split's partial
     (maxs, sums, accs in rows of group_p a split) for ops_triton._attn_reduce_kernel; stages (one
-    of STAGES) key tiles are in flight per warp.
+    of STAGES) key tiles are in flight per warp; scores are scaled by scale (1 / sqrt(D) unless
+    given).
     """
     lib = LIBRARIES.get(qkv.device)
     kv_heads, max_context, dim = k_cache.shape
     code = lib.handle.physinf_attn_split(
         dim, int(k_cache.dtype == torch.bfloat16), qkv.data_ptr(), k_cache.data_ptr(),
         v_cache.data_ptr(), pos.data_ptr(), cos.data_ptr(), sin.data_ptr(), maxs.data_ptr(),
-        sums.data_ptr(), accs.data_ptr(), max_context, dim ** -0.5, num_heads // kv_heads,
+        sums.data_ptr(), accs.data_ptr(), max_context, dim ** -0.5 if scale is None else scale,
+        num_heads // kv_heads,
         group_p, num_heads, kv_heads, splits, min_chunk, stages, int(lib.pdl),
         torch.cuda.current_stream(qkv.device).cuda_stream)
     if code:

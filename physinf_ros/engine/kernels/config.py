@@ -121,23 +121,45 @@ class KernelConfig:
                 and not attention_cuda.oversize(qkv.device, dim,
                                                 self.attention_for(kv_heads, dim).num_stages))
 
-    def attention_kernel_note(self, kv_heads: int, head_dim: int, device: torch.device) -> str:
-        """Return a log line saying which kernel splits this shape's attention on device."""
+    def attention_kernel_note(self, kv_heads: int, head_dim: int, device: torch.device,
+                              sliding: bool = False) -> str:
+        """
+        Return a log line saying which kernel splits this shape's attention on device.
+
+        sliding: the model has sliding-window layers, which the Triton kernel always runs.
+        """
         if not self.attention_for(kv_heads, head_dim).cuda:
             return 'attention split: Triton kernel'
+        if head_dim not in attention_cuda.HEAD_DIMS:
+            sizes = ' and '.join(str(d) for d in attention_cuda.HEAD_DIMS)
+            return (f'attention split: Triton kernel, the CUDA kernel is built for head sizes '
+                    f'{sizes} only (this model: {head_dim})')
         reason = attention_cuda.unavailable(device)
         if reason:
             return f'attention split: Triton kernel, the CUDA kernel is unavailable: {reason}'
-        if head_dim in attention_cuda.HEAD_DIMS:
-            reason = attention_cuda.oversize(device, head_dim,
-                                             self.attention_for(kv_heads, head_dim).num_stages)
-            if reason:
-                return f'attention split: Triton kernel, the CUDA kernel does not fit: {reason}'
+        reason = attention_cuda.oversize(device, head_dim,
+                                         self.attention_for(kv_heads, head_dim).num_stages)
+        if reason:
+            return f'attention split: Triton kernel, the CUDA kernel does not fit: {reason}'
+        if sliding:
+            return ('attention split: CUDA kernel on the global layers, Triton kernel on the '
+                    'sliding-window ones (the CUDA kernel has no window)')
         return 'attention split: CUDA kernel (attention_split.cu)'
 
     def attention_for(self, kv_heads: int, head_dim: int) -> AttentionConfig:
-        """Return the attention launch shape of a model with these kv heads and head size."""
-        return self.attention_shapes.get((kv_heads, head_dim), self.attention)
+        """
+        Return the attention launch shape of a model with these kv heads and head size.
+
+        A head size past 128 with no attention_shapes row of its own (Gemma 3's 256, untuned)
+        takes the GPU's shape with as many key bytes a tile and no deeper a pipeline than at
+        128: the Triton kernel's shared memory grows with tile, head size and stages, and 64
+        keys of 256 in three stages would need about 200 KB, past what some GPUs give a block.
+        """
+        shape = self.attention_shapes.get((kv_heads, head_dim))
+        if shape is not None or head_dim <= 128:
+            return shape or self.attention
+        return replace(self.attention, block_t=max(16, self.attention.block_t * 128 // head_dim),
+                       num_stages=min(self.attention.num_stages, 2))
 
     def gemv(self, kind: str, n: int, k: int) -> GemvConfig:
         """Return the launch shape of a kind's GEMV of N outputs and K inputs."""

@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 
-from ..model.llama import rms_norm, silu_gate_up
+from ..model.llama import gelu_gate_up, rms_norm, silu_gate_up
 from ..weights.gptq import dense
 
 
@@ -23,7 +23,8 @@ def rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor,
                bias: Optional[torch.Tensor], eps: float,
                out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Return w @ rms_norm(x) (+ bias) as float32 [N], into out when given."""
-    y = torch.nn.functional.linear(rms_norm(x, norm_w, eps), dense(w), bias).float()
+    w = dense(w)
+    y = torch.nn.functional.linear(rms_norm(x, norm_w, eps).to(w.dtype), w, bias).float()
     return y if out is None else out.copy_(y)
 
 
@@ -54,6 +55,39 @@ def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up: torch.Ten
     return silu_gate_up(y, w_gate_up).float()
 
 
+def head_norm(qkv: torch.Tensor, q_norm: torch.Tensor, k_norm: torch.Tensor, num_heads: int,
+              eps: float) -> None:
+    """
+    Normalise each q and k head of qkv [(Hq + 2 Hkv) D] in place (RMSNorm by q_norm, k_norm).
+
+    The heads are rounded to the norm weight's dtype first, as transformers norms the q and k
+    projections' outputs (Qwen3, Gemma 3).
+    """
+    dim = q_norm.shape[0]
+    q_end = num_heads * dim
+    k_end = q_end + (qkv.shape[0] - q_end) // 2
+    q = qkv[:q_end].view(-1, dim).to(q_norm.dtype)
+    k = qkv[q_end:k_end].view(-1, dim).to(k_norm.dtype)
+    qkv[:q_end] = rms_norm(q, q_norm, eps).float().flatten()
+    qkv[q_end:k_end] = rms_norm(k, k_norm, eps).float().flatten()
+
+
+def rms_gate_up_gelu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up: torch.Tensor,
+                     eps: float) -> torch.Tensor:
+    """Return gelu_tanh(gate) * up for gate, up = w_gate_up @ rms_norm(x), float32 [I]."""
+    w = dense(w_gate_up)
+    y = torch.nn.functional.linear(rms_norm(x, norm_w, eps).to(w.dtype), w)
+    return gelu_gate_up(y, w_gate_up).float()
+
+
+def matvec_norm_add(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor, norm_w: torch.Tensor,
+                    eps: float) -> None:
+    """Add rms_norm(w @ a) into x in place: Gemma 3's residual, normed after the sublayer."""
+    w = dense(w)
+    y = torch.nn.functional.linear(a.to(w.dtype), w)
+    x += rms_norm(y, norm_w, eps).to(w.dtype).float()
+
+
 def matvec_add(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor) -> None:
     """Add w @ a into x in place (the residual connection)."""
     x += torch.nn.functional.linear(a.to(w.dtype), dense(w)).float()
@@ -77,26 +111,30 @@ def _rope_and_cache(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin
 
 
 def _decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                      pos: torch.Tensor) -> torch.Tensor:
+                      pos: torch.Tensor, scale: Optional[float] = None,
+                      window: int = 0) -> torch.Tensor:
     """Attend q [Hq, D] over cache positions 0..pos with GQA; return float32 [Hq * D]."""
     kv_heads, _, dim = k_cache.shape
     length = int(pos) + 1  # host read: fine on the CPU path, which is never graph-captured
+    first = max(length - window, 0) if window else 0
     group = q.shape[0] // kv_heads
-    k = k_cache[:, :length]                                        # [KVH, T, D]
-    v = v_cache[:, :length]
+    k = k_cache[:, first:length]                                   # [KVH, T, D]
+    v = v_cache[:, first:length]
     qg = q.view(kv_heads, group, dim).to(k.dtype)
-    scores = torch.matmul(qg, k.transpose(1, 2)).float() / dim ** 0.5   # [KVH, G, T]
+    scale = dim ** -0.5 if scale is None else scale
+    scores = torch.matmul(qg, k.transpose(1, 2)).float() * scale   # [KVH, G, T]
     probs = torch.softmax(scores, dim=-1).to(v.dtype)
     return torch.matmul(probs, v).float().reshape(-1)
 
 
 def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                   k_cache: torch.Tensor, v_cache: torch.Tensor,
-                   num_heads: int) -> torch.Tensor:
+                   k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int,
+                   scale: Optional[float] = None, window: int = 0) -> torch.Tensor:
     """
     Rotate q and k for position pos, store k and v at pos, attend over 0..pos with GQA.
 
-    qkv is the QKV GEMV's output [(Hq + 2 Hkv) D]; returns float32 [Hq * D].
+    qkv is the QKV GEMV's output [(Hq + 2 Hkv) D]; returns float32 [Hq * D]. Scores are scaled
+    by scale (1 / sqrt(D) unless given); window > 0 attends to the last window positions only.
     """
     q = _rope_and_cache(qkv, pos, cos, sin, k_cache, v_cache, num_heads)
-    return _decode_attention(q, k_cache, v_cache, pos)
+    return _decode_attention(q, k_cache, v_cache, pos, scale, window)

@@ -6,9 +6,12 @@ that must stream its weights at full bandwidth, with the small work around it fu
 step has few launches:
   rms_matvec        RMSNorm prologue + GEMV (+ bias): QKV and the lm_head
   rms_gate_up_silu  RMSNorm prologue + gate and up GEMVs + SiLU(gate) * up epilogue
+                    (rms_gate_up_gelu: GeGLU's gelu_tanh(gate) * up, Gemma 3)
+  head_norm         RMSNorm of each q and k head of the QKV output, in place (Qwen3, Gemma 3)
   matvec_add        split-K GEMV accumulated atomically into the float32 residual
   rope_attention    split-K GQA attention over the filled cache (flash-decoding), + reduce;
-                    the split kernel also applies RoPE and stores this token's k and v at `pos`
+                    the split kernel also applies RoPE and stores this token's k and v at `pos`;
+                    a sliding window (Gemma 3's local layers) starts the keys at pos - window + 1
   greedy_head       final RMSNorm + lm_head GEMV with the argmax folded into its epilogue
   embed             the token's embedding row as the float32 residual, the step's first kernel
   step_end          a sampled step's reply to the host, as greedy_head's last kernel gives it
@@ -193,7 +196,7 @@ def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
 @triton.jit
 def _gate_up_kernel(W, X, Y, NORM, N, K, eps, ROW_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_K: tl.constexpr, EVEN: tl.constexpr, STREAM: tl.constexpr,
-                    PDL: tl.constexpr):
+                    GELU: tl.constexpr, PDL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     # llama.fuse_gate_up's layout: ROW_BLOCK gate rows, then the same up rows.
@@ -217,7 +220,11 @@ def _gate_up_kernel(W, X, Y, NORM, N, K, eps, ROW_BLOCK: tl.constexpr, BLOCK_N: 
     inv_rms = _inv_rms(squares, K, eps)
     gate = tl.sum(acc_gate, axis=1) * inv_rms
     up = tl.sum(acc_up, axis=1) * inv_rms
-    tl.store(Y + rows, gate * tl.sigmoid(gate) * up, mask=row_mask)
+    if GELU:   # GeGLU, gelu's tanh form: 0.5 g (1 + tanh(u)) = g sigmoid(2 u)
+        act = gate * tl.sigmoid(2.0 * 0.7978845608028654 * (gate + 0.044715 * gate * gate * gate))
+    else:
+        act = gate * tl.sigmoid(gate)
+    tl.store(Y + rows, act * up, mask=row_mask)
 
 
 @triton.jit
@@ -403,6 +410,36 @@ def _q4_gemv_kernel(QW, S, Z, X, Y, NORM, BIAS, N, K, N_ALL, eps, MAGIC,
 
 
 @triton.jit
+def _head_norm_kernel(QKV, QN, KN, num_heads, eps, D: tl.constexpr, WDTYPE: tl.constexpr,
+                      PDL: tl.constexpr):
+    # One q or k head of the QKV output, normed in place as transformers norms it: rounded to
+    # the norm weight's dtype, normalised in float32, rounded again, scaled in that dtype.
+    _grid_sync(PDL)
+    head = tl.program_id(0)
+    d = tl.arange(0, D)
+    x = tl.load(QKV + head * D + d).to(WDTYPE).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / D + eps)
+    w = tl.where(head < num_heads, tl.load(QN + d), tl.load(KN + d)).to(tl.float32)
+    y = (x * rstd).to(WDTYPE).to(tl.float32) * w
+    tl.store(QKV + head * D + d, y.to(WDTYPE).to(tl.float32))
+
+
+@triton.jit
+def _norm_add_kernel(X, Y, NORM, H, eps, BLOCK: tl.constexpr, WDTYPE: tl.constexpr,
+                     PDL: tl.constexpr):
+    # x += rms_norm(y) * norm, one program for the whole vector: y rounded to the weight dtype
+    # as the sublayer's output is, normed in float32, rounded again as Gemma3RMSNorm returns it.
+    _grid_sync(PDL)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < H
+    y = tl.load(Y + cols, mask=mask, other=0.0).to(WDTYPE).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(y * y, axis=0) / H + eps)
+    normed = (y * rstd * tl.load(NORM + cols, mask=mask, other=0.0).to(tl.float32))
+    x = tl.load(X + cols, mask=mask, other=0.0)
+    tl.store(X + cols, x + normed.to(WDTYPE).to(tl.float32), mask=mask)
+
+
+@triton.jit
 def _chunk(length, SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, BLOCK_T: tl.constexpr):
     # Keys per split: spread over SPLITS programs, but never under MIN_CHUNK, so short contexts
     # use few splits and long ones all of them.
@@ -456,7 +493,7 @@ def _attend(q, k, v, t_mask, m_i, l_i, acc, scale, DOT: tl.constexpr, PRECISION:
 
 @triton.jit
 def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, max_context, scale,
-                       group, num_heads, kv_heads, D: tl.constexpr, GROUP_P: tl.constexpr,
+                       window, group, num_heads, kv_heads, D: tl.constexpr, GROUP_P: tl.constexpr,
                        BLOCK_T: tl.constexpr, SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr,
                        DOT: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
     # Each program rotates its group's queries itself, and the split that holds the new
@@ -469,8 +506,10 @@ def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, max_context
     # the first tile of keys and values is read before the wait, while QKV drains. Row pos
     # of it is stale until this program stores the new key: it is replaced in registers.
     length = tl.load(POS).to(tl.int32) + 1
-    chunk = _chunk(length, SPLITS, MIN_CHUNK, BLOCK_T)
-    start = split * chunk
+    # A sliding-window layer (window > 0) attends to its last `window` keys, itself included.
+    first = tl.where(window > 0, tl.maximum(length - window, 0), 0)
+    chunk = _chunk(length - first, SPLITS, MIN_CHUNK, BLOCK_T)
+    start = first + split * chunk
     end = tl.minimum(start + chunk, length)
     base = kv_head.to(tl.int64) * max_context * D
     t = start + tl.arange(0, BLOCK_T)
@@ -716,12 +755,63 @@ def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up, eps: floa
     if isinstance(w_gate_up, PackedLinear):
         _q4_gemv(w_gate_up, x, y, norm_w, None, eps, 'gate_up', config)
         return y
+    _gate_up(x, norm_w, w_gate_up, eps, y, False, config)
+    return y
+
+
+def _gate_up(x, norm_w, w_gate_up, eps, y, gelu: bool, config: KernelConfig) -> None:
+    n2, k = w_gate_up.shape
+    n = n2 // 2
     cfg = config.gemv('gate_up', n, k)
     _gate_up_kernel[(triton.cdiv(n, cfg.block_n),)](
         w_gate_up, x, y, norm_w, n, k, eps, ROW_BLOCK=gate_up_block(n), BLOCK_N=cfg.block_n,
-        BLOCK_K=cfg.block_k, EVEN=_even(n, k, cfg), STREAM=config.stream(),
+        BLOCK_K=cfg.block_k, EVEN=_even(n, k, cfg), STREAM=config.stream(), GELU=gelu,
         num_warps=cfg.num_warps, **_pdl(x.device))
+
+
+def rms_gate_up_gelu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up, eps: float,
+                     config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
+    """
+    Return gelu_tanh(gate) * up for gate, up = w_gate_up @ rms_norm(x), float32 [I] (GeGLU).
+
+    A 4-bit gate/up runs its GEMV without the epilogue (its kernels fuse SiLU only), and the
+    product is taken by torch ops.
+    """
+    n2, k = w_gate_up.shape
+    if isinstance(w_gate_up, PackedLinear):
+        y = torch.empty(n2, device=x.device, dtype=torch.float32)
+        _q4_gemv(w_gate_up, x, y, norm_w, None, eps, 'rms_matvec', config)
+        gate, up = y.chunk(2)
+        return torch.nn.functional.gelu(gate, approximate='tanh') * up
+    y = torch.empty(n2 // 2, device=x.device, dtype=torch.float32)
+    _gate_up(x, norm_w, w_gate_up, eps, y, True, config)
     return y
+
+
+def head_norm(qkv: torch.Tensor, q_norm: torch.Tensor, k_norm: torch.Tensor, num_heads: int,
+              eps: float) -> None:
+    """Normalise each q and k head of qkv [(Hq + 2 Hkv) D] in place (RMSNorm by q_norm, k_norm)."""
+    dim = q_norm.shape[0]
+    heads = num_heads + (qkv.shape[0] // dim - num_heads) // 2
+    _head_norm_kernel[(heads,)](qkv, q_norm, k_norm, num_heads, eps, D=dim,
+                                WDTYPE=_TL_DTYPES[q_norm.dtype], num_warps=1 if dim <= 128 else 2,
+                                **_pdl(qkv.device))
+
+
+def matvec_norm_add(x: torch.Tensor, a: torch.Tensor, w, norm_w: torch.Tensor, eps: float,
+                    config: KernelConfig = DEFAULT_CONFIG) -> None:
+    """
+    Add rms_norm(w @ a) * norm_w into x in place: Gemma 3's residual, normed after the sublayer.
+
+    Two kernels: the GEMV, then the norm and the add in one program (the vector is one hidden
+    size, a few thousand values).
+    """
+    h = w.shape[0]
+    y = torch.empty(h, device=x.device, dtype=torch.float32)
+    _matvec(w, a, y, None, None, 0.0, 'rms_matvec', config)
+    block = triton.next_power_of_2(h)
+    _norm_add_kernel[(1,)](x, y, norm_w, h, eps, BLOCK=block, WDTYPE=_TL_DTYPES[w.dtype],
+                           num_warps=min(16, max(4, block // 512)), **_pdl(x.device))
 
 
 def matvec_add(x: torch.Tensor, a: torch.Tensor, w,
@@ -732,13 +822,17 @@ def matvec_add(x: torch.Tensor, a: torch.Tensor, w,
 
 def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                    k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int,
-                   config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
+                   config: KernelConfig = DEFAULT_CONFIG, scale: Optional[float] = None,
+                   window: int = 0) -> torch.Tensor:
     """
     Rotate q and k for position pos, store k and v at pos, attend over 0..pos with GQA.
 
-    qkv is the QKV GEMV's output [(Hq + 2 Hkv) D]; returns float32 [Hq * D].
+    qkv is the QKV GEMV's output [(Hq + 2 Hkv) D]; returns float32 [Hq * D]. Scores are scaled
+    by scale (1 / sqrt(D) unless given); window > 0 attends to the last window positions only
+    (a sliding-window layer), which the Triton split kernel does and the CUDA one does not.
     """
     kv_heads, max_context, dim = k_cache.shape
+    scale = dim ** -0.5 if scale is None else scale
     group = num_heads // kv_heads
     group_p = max(16, triton.next_power_of_2(group))   # tl.dot needs 16 rows
     shape = config.attention_for(kv_heads, dim)
@@ -753,12 +847,13 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
     dot = tl.float32 if INTERPRET else _TL_DTYPES[k_cache.dtype]
     precision = 'ieee' if dot == tl.float32 else 'tf32'  # ignored for 16-bit operands
     pdl = _pdl(device)
-    if config.attention_cuda_path(qkv, pos, cos, sin, k_cache, v_cache, num_heads):
+    if not window and config.attention_cuda_path(qkv, pos, cos, sin, k_cache, v_cache,
+                                                 num_heads):
         attention_cuda.split(qkv, pos, cos, sin, k_cache, v_cache, maxs, sums, accs, num_heads,
-                             group_p, splits, min_chunk, shape.num_stages)
+                             group_p, splits, min_chunk, shape.num_stages, scale)
     else:
         _attn_split_kernel[(kv_heads, splits)](
-            qkv, k_cache, v_cache, pos, maxs, sums, accs, cos, sin, max_context, dim ** -0.5,
+            qkv, k_cache, v_cache, pos, maxs, sums, accs, cos, sin, max_context, scale, window,
             group, num_heads, kv_heads, D=dim, GROUP_P=group_p, BLOCK_T=block_t, SPLITS=splits,
             MIN_CHUNK=min_chunk, DOT=dot, PRECISION=precision, num_warps=shape.num_warps,
             num_stages=shape.num_stages,
@@ -801,5 +896,16 @@ class KernelOps:
     def matvec_add(self, x, a, w):
         matvec_add(x, a, w, self.config)
 
-    def rope_attention(self, qkv, pos, cos, sin, k_cache, v_cache, num_heads):
-        return rope_attention(qkv, pos, cos, sin, k_cache, v_cache, num_heads, self.config)
+    def rope_attention(self, qkv, pos, cos, sin, k_cache, v_cache, num_heads, scale=None,
+                       window=0):
+        return rope_attention(qkv, pos, cos, sin, k_cache, v_cache, num_heads, self.config,
+                              scale, window)
+
+    def head_norm(self, qkv, q_norm, k_norm, num_heads, eps):
+        head_norm(qkv, q_norm, k_norm, num_heads, eps)
+
+    def rms_gate_up_gelu(self, x, norm_w, w_gate_up, eps):
+        return rms_gate_up_gelu(x, norm_w, w_gate_up, eps, self.config)
+
+    def matvec_norm_add(self, x, a, w, norm_w, eps):
+        matvec_norm_add(x, a, w, norm_w, eps, self.config)

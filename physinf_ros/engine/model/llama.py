@@ -1,6 +1,8 @@
 """
 Our own Llama-family forward: Llama 2/3.x, Mistral and Qwen2/2.5.
 
+The other families' files (qwen3.py, smollm3.py, phi3.py, gemma3.py) build on its functions.
+
 In the manner of gpt-fast's model.py: the weights as plain tensors (QKV and gate/up fused), a
 static KV cache, and small pure functions; the config and tensor names are in config.py.
 `prefill` runs a prompt with PyTorch ops; `decode_one_token` is one batch-1 step written against
@@ -12,7 +14,7 @@ float32 whatever the weight dtype.
 from dataclasses import dataclass
 import math
 from pathlib import Path
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -96,6 +98,49 @@ def silu_gate_up(y: torch.Tensor, w_gate_up: Linear) -> torch.Tensor:
     return (F.silu(blocks[..., 0, :]) * blocks[..., 1, :]).flatten(-2)
 
 
+def gelu_gate_up(y: torch.Tensor, w_gate_up: Linear) -> torch.Tensor:
+    """Return gelu_tanh(gate) * up [..., I] (GeGLU, Gemma 3) for y = x @ w_gate_up.T [..., 2 I]."""
+    if isinstance(w_gate_up, PackedLinear):
+        gate, up = y.chunk(2, dim=-1)
+        return F.gelu(gate, approximate='tanh') * up
+    i = y.shape[-1] // 2
+    b = gate_up_block(i)
+    blocks = y.unflatten(-1, (i // b, 2, b))
+    return (F.gelu(blocks[..., 0, :], approximate='tanh') * blocks[..., 1, :]).flatten(-2)
+
+
+class StateReader:
+    """Takes tensors out of a Hugging Face-named state dict onto the device, linears as stored."""
+
+    def __init__(self, state: Dict[str, torch.Tensor], device: torch.device,
+                 dtype: torch.dtype):
+        self.state, self.device, self.dtype = state, device, dtype
+
+    def take(self, name: str) -> torch.Tensor:
+        return self.state.pop(name).to(device=self.device, dtype=self.dtype)
+
+    def linear(self, name: str) -> Linear:
+        """Take a float weight, or the qweight, qzeros and scales of a GPTQ one as PackedLinear."""
+        state = self.state
+        if name + '.qweight' not in state:
+            return self.take(name + '.weight')
+        return PackedLinear.from_gptq(
+            state.pop(name + '.qweight'), state.pop(name + '.qzeros'), state.pop(name + '.scales'),
+            state.pop(name + '.g_idx', None), self.dtype, self.device)
+
+    def qkv(self, prefix: str, biased: bool) -> Tuple[Linear, Optional[torch.Tensor]]:
+        """Take the fused QKV linear of layer prefix and, if biased, its bias (else None)."""
+        parts = [self.linear(prefix + f'self_attn.{x}_proj') for x in 'qkv']
+        wqkv = PackedLinear.cat(parts) if isinstance(parts[0], PackedLinear) else torch.cat(parts)
+        if not biased:
+            return wqkv, None
+        return wqkv, torch.cat([self.take(prefix + f'self_attn.{x}_proj.bias') for x in 'qkv'])
+
+    def gate_up(self, prefix: str) -> Linear:
+        return fuse_gate_up(self.linear(prefix + 'mlp.gate_proj'),
+                            self.linear(prefix + 'mlp.up_proj'))
+
+
 def from_state_dict(config: ModelConfig, state: Dict[str, torch.Tensor],
                     device: torch.device, dtype: torch.dtype) -> Weights:
     """
@@ -103,36 +148,23 @@ def from_state_dict(config: ModelConfig, state: Dict[str, torch.Tensor],
 
     GPTQ linears (``.qweight``, ``.qzeros``, ``.scales``) stay 4-bit, repacked as PackedLinear.
     """
-    def take(name):
-        return state.pop(name).to(device=device, dtype=dtype)
-
-    def linear(name):
-        if name + '.qweight' not in state:
-            return take(name + '.weight')
-        return PackedLinear.from_gptq(
-            state.pop(name + '.qweight'), state.pop(name + '.qzeros'), state.pop(name + '.scales'),
-            state.pop(name + '.g_idx', None), dtype, device)
-
-    def fuse(parts):
-        return PackedLinear.cat(parts) if isinstance(parts[0], PackedLinear) else torch.cat(parts)
-
+    read = StateReader(state, device, dtype)
     layers = []
     for i in range(config.num_layers):
         p = f'model.layers.{i}.'
-        wqkv = fuse([linear(p + 'self_attn.q_proj'), linear(p + 'self_attn.k_proj'),
-                     linear(p + 'self_attn.v_proj')])
-        bqkv = None
-        if config.qkv_bias:
-            bqkv = torch.cat([take(p + 'self_attn.q_proj.bias'), take(p + 'self_attn.k_proj.bias'),
-                              take(p + 'self_attn.v_proj.bias')])
-        gate_up = fuse_gate_up(linear(p + 'mlp.gate_proj'), linear(p + 'mlp.up_proj'))
-        layers.append(Layer(take(p + 'input_layernorm.weight'), wqkv, bqkv,
-                            linear(p + 'self_attn.o_proj'),
-                            take(p + 'post_attention_layernorm.weight'), gate_up,
-                            linear(p + 'mlp.down_proj')))
-    embed = take('model.embed_tokens.weight')
-    lm_head = embed if config.tie_word_embeddings else take('lm_head.weight')
-    return Weights(config, embed, layers, take('model.norm.weight'), lm_head)
+        wqkv, bqkv = read.qkv(p, config.qkv_bias)
+        layers.append(Layer(read.take(p + 'input_layernorm.weight'), wqkv, bqkv,
+                            read.linear(p + 'self_attn.o_proj'),
+                            read.take(p + 'post_attention_layernorm.weight'), read.gate_up(p),
+                            read.linear(p + 'mlp.down_proj')))
+    return finish(config, read, layers)
+
+
+def finish(config: ModelConfig, read: StateReader, layers: list) -> Weights:
+    """Weights of the layers and the state's embedding, final norm and lm_head."""
+    embed = read.take('model.embed_tokens.weight')
+    lm_head = embed if config.tie_word_embeddings else read.take('lm_head.weight')
+    return Weights(config, embed, layers, read.take('model.norm.weight'), lm_head)
 
 
 def read_state(path: Path) -> Dict[str, torch.Tensor]:
@@ -149,13 +181,13 @@ def read_state(path: Path) -> Dict[str, torch.Tensor]:
     return state
 
 
-def load_hf_dir(path: Path, device: torch.device, dtype: torch.dtype,
-                packed: bool = True, hf: Optional[dict] = None) -> Weights:
+def read_checkpoint(path: Path, packed: bool = True, hf: Optional[dict] = None
+                    ) -> Tuple[ModelConfig, Dict[str, torch.Tensor]]:
     """
-    Weights from a Hugging Face directory of safetensors files (hf: its parsed config.json).
+    Read the config and state dict of a Hugging Face directory (hf: its parsed config.json).
 
     A GPTQ checkpoint keeps its 4-bit linears (packed=True: the kernels read the codes), or is
-    dequantised to dtype once here (packed=False: the ordinary float forward on the same
+    dequantised to float once here (packed=False: the ordinary float forward on the same
     values, which is the fast path on a CPU, where nothing streams 4-bit weights).
     """
     if hf is None:
@@ -169,6 +201,13 @@ def load_hf_dir(path: Path, device: torch.device, dtype: torch.dtype,
         gptq.dequantize_state(state)
     if config.tie_word_embeddings:
         state.pop('lm_head.weight', None)
+    return config, state
+
+
+def load_hf_dir(path: Path, device: torch.device, dtype: torch.dtype,
+                packed: bool = True, hf: Optional[dict] = None) -> Weights:
+    """Weights from a Hugging Face directory of safetensors files (see read_checkpoint)."""
+    config, state = read_checkpoint(path, packed, hf)
     return from_state_dict(config, state, device, dtype)
 
 
@@ -177,8 +216,8 @@ def synthetic_state_dict(config: ModelConfig, device: torch.device, dtype: torch
     """
     Random weights of the config's shape, named as Hugging Face names them.
 
-    Normal(0, 0.02) like transformers' initialisation, norms at 1: activations stay finite and
-    the step reads exactly the bytes a real checkpoint of this shape would.
+    Normal(0, 0.02) like transformers' initialisation, norms scaling by 1: activations stay
+    finite and the step reads exactly the bytes a real checkpoint of this shape would.
     """
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
@@ -186,30 +225,62 @@ def synthetic_state_dict(config: ModelConfig, device: torch.device, dtype: torch
     for name, shape in tensor_inventory(config):
         state[name] = torch.empty(shape, device=device, dtype=dtype)
         if is_norm(name):
-            state[name].fill_(1.0)
+            state[name].fill_(1.0 - config.norm_offset)
         else:
             state[name].normal_(0.0, 0.02, generator=gen)
     return state
 
 
+def inverse_frequencies(dim: int, theta: float, scaling: Optional[tuple] = None,
+                        long: bool = False) -> torch.Tensor:
+    """
+    Return RoPE's inverse frequencies [dim / 2] in float32, as modeling_rope_utils has them.
+
+    scaling: llama3 (stretch the low frequencies), linear (divide by the factor) or longrope
+    (divide by the short factors, or by the long ones when long).
+    """
+    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float32)
+                                / dim))
+    s = dict(scaling or ())
+    kind = s.get('rope_type', 'llama3')
+    if not s:
+        return inv_freq
+    if kind == 'linear':
+        return inv_freq / s['factor']
+    if kind == 'longrope':
+        factors = s['long_factor'] if long else s['short_factor']
+        return inv_freq / torch.tensor(factors, dtype=torch.float32)
+    # Llama 3.1: stretch low frequencies by `factor`, keep high ones, blend in between.
+    factor, low, high = s['factor'], s['low_freq_factor'], s['high_freq_factor']
+    old_len = s['original_max_position_embeddings']
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+    smooth = (old_len / wavelen - low) / (high - low)
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
+    return torch.where(medium, blended, scaled)
+
+
+def table(config: ModelConfig, inv_freq: torch.Tensor, positions: torch.Tensor,
+          device: torch.device, attention_factor: float = 1.0):
+    """
+    Rotary tables cos, sin [positions, head_dim / 2] in float32 for inv_freq [rotary_dim / 2].
+
+    Columns past rotary_dim / 2 rotate nothing (cos 1, sin 0): the dimensions a partial rotary
+    leaves alone (phi3.py lays the heads out so), or every one on a layer without RoPE.
+    """
+    angles = torch.outer(positions.to(torch.float32), inv_freq)
+    cos = torch.ones(len(positions), config.head_dim // 2)
+    sin = torch.zeros(len(positions), config.head_dim // 2)
+    cos[:, :len(inv_freq)] = angles.cos() * attention_factor
+    sin[:, :len(inv_freq)] = angles.sin() * attention_factor
+    return cos.to(device), sin.to(device)
+
+
 def rope_tables(config: ModelConfig, max_context: int, device: torch.device):
     """Rotary tables cos, sin [max_context, head_dim / 2] in float32, llama3 scaling applied."""
-    dim = config.head_dim
-    inv_freq = 1.0 / (config.rope_theta ** (
-        torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float32) / dim))
-    if config.rope_scaling:
-        # Llama 3.1: stretch low frequencies by `factor`, keep high ones, blend in between.
-        s = dict(config.rope_scaling)
-        factor, low, high = s['factor'], s['low_freq_factor'], s['high_freq_factor']
-        old_len = s['original_max_position_embeddings']
-        wavelen = 2 * math.pi / inv_freq
-        scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
-        smooth = (old_len / wavelen - low) / (high - low)
-        blended = (1 - smooth) * scaled / factor + smooth * scaled
-        medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
-        inv_freq = torch.where(medium, blended, scaled)
-    angles = torch.outer(torch.arange(max_context, dtype=torch.float32), inv_freq)
-    return angles.cos().to(device), angles.sin().to(device)
+    inv_freq = inverse_frequencies(config.head_dim, config.rope_theta, config.rope_scaling)
+    return table(config, inv_freq, torch.arange(max_context), device)
 
 
 @dataclass
@@ -259,26 +330,46 @@ def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tens
 
     Each row is the prediction for the next token (teacher forcing); last_only keeps one row.
     """
+    return prompt_logits_by_layer(w, cache, ids, [(cos, sin)] * len(w.layers), last_only)
+
+
+def attend_prompt(c: ModelConfig, cache: KVCache, i: int, q: torch.Tensor, k: torch.Tensor,
+                  v: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """
+    Store layer i's k, v [n, KVH, D] in the cache and attend q [n, Hq, D] causally over them.
+
+    mask [n, n] (True: attend) replaces the causal one, e.g. a sliding window's. Returns the
+    attention output [n, Hq * D].
+    """
+    n = q.shape[0]
+    cache.k[i, :, :n] = k.transpose(0, 1)
+    cache.v[i, :, :n] = v.transpose(0, 1)
+    # Prefill runs once per prompt: expanding the kv heads keeps SDPA on its flash path at
+    # long prompts (decode never copies them: its kernel indexes the groups).
+    group = c.num_heads // c.num_kv_heads
+    attn = F.scaled_dot_product_attention(
+        q.transpose(0, 1)[None], cache.k[i, :, :n].repeat_interleave(group, 0)[None],
+        cache.v[i, :, :n].repeat_interleave(group, 0)[None], attn_mask=mask,
+        is_causal=mask is None, scale=c.attention_scale)[0]
+    return attn.transpose(0, 1).reshape(n, c.q_size)
+
+
+def prompt_logits_by_layer(w: Weights, cache: KVCache, ids: torch.Tensor, tables: list,
+                           last_only: bool = False) -> torch.Tensor:
+    """prompt_logits with layer i's rotary tables cos, sin [T, head_dim / 2] in tables[i]."""
     c = w.config
     n = ids.shape[0]
     x = w.embed[ids].float()                                       # [n, H] residual
-    cos_n, sin_n = cos[:n][:, None], sin[:n][:, None]              # broadcast over heads
     for i, layer in enumerate(w.layers):
+        cos, sin = tables[i]
+        cos_n, sin_n = cos[:n][:, None], sin[:n][:, None]          # broadcast over heads
         qkv = F.linear(rms_norm(x, layer.attn_norm, c.rms_norm_eps), dense(layer.wqkv),
                        layer.bqkv)
         q, k, v = qkv.split([c.q_size, c.kv_size, c.kv_size], dim=-1)
         q = _rotate(q.view(n, c.num_heads, c.head_dim), cos_n, sin_n)
         k = _rotate(k.view(n, c.num_kv_heads, c.head_dim), cos_n, sin_n)
-        v = v.view(n, c.num_kv_heads, c.head_dim)
-        cache.k[i, :, :n] = k.transpose(0, 1)
-        cache.v[i, :, :n] = v.transpose(0, 1)
-        # Prefill runs once per prompt: expanding the kv heads keeps SDPA on its flash path at
-        # long prompts (decode never copies them: its kernel indexes the groups).
-        group = c.num_heads // c.num_kv_heads
-        attn = F.scaled_dot_product_attention(
-            q.transpose(0, 1)[None], cache.k[i, :, :n].repeat_interleave(group, 0)[None],
-            cache.v[i, :, :n].repeat_interleave(group, 0)[None], is_causal=True)[0]
-        x = x + F.linear(attn.transpose(0, 1).reshape(n, c.q_size), dense(layer.wo)).float()
+        attn = attend_prompt(c, cache, i, q, k, v.view(n, c.num_kv_heads, c.head_dim))
+        x = x + F.linear(attn, dense(layer.wo)).float()
         h = silu_gate_up(F.linear(rms_norm(x, layer.mlp_norm, c.rms_norm_eps),
                                   dense(layer.w_gate_up)), layer.w_gate_up)
         x = x + F.linear(h, dense(layer.w_down)).float()
@@ -295,9 +386,16 @@ def decode_layers(w: Weights, cache: KVCache, token: torch.Tensor, pos: torch.Te
     (before the final norm). Nothing here reads a device value on the host, so the step can be
     captured in a graph.
     """
+    return decode_layers_by_table(w, cache, token, pos, [(cos, sin)] * len(w.layers), ops)
+
+
+def decode_layers_by_table(w: Weights, cache: KVCache, token: torch.Tensor, pos: torch.Tensor,
+                           tables: list, ops) -> torch.Tensor:
+    """decode_layers with layer i's rotary tables in tables[i]."""
     c = w.config
     x = ops.embed(w.embed, token)                                  # [H] residual
     for i, layer in enumerate(w.layers):
+        cos, sin = tables[i]
         qkv = ops.rms_matvec(x, layer.attn_norm, layer.wqkv, layer.bqkv, c.rms_norm_eps)
         # RoPE on q and k, k and v stored at pos, attention over 0..pos.
         attn = ops.rope_attention(qkv, pos, cos, sin, cache.k[i], cache.v[i], c.num_heads)

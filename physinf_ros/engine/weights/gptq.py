@@ -34,7 +34,9 @@ CODES_PER_WORD = 32 // BITS
 SYMMETRIC_ZERO = 8
 GROUP_SIZES = (128, 64, 32)
 ARCHITECTURES = {'llama': 'LlamaForCausalLM', 'mistral': 'MistralForCausalLM',
-                 'qwen2': 'Qwen2ForCausalLM'}
+                 'qwen2': 'Qwen2ForCausalLM', 'qwen3': 'Qwen3ForCausalLM',
+                 'smollm3': 'SmolLM3ForCausalLM', 'phi3': 'Phi3ForCausalLM',
+                 'gemma3_text': 'Gemma3ForCausalLM'}
 
 
 @dataclass(frozen=True)

@@ -92,15 +92,34 @@ def write_checkpoint(out: Path, plan: Sequence[TensorSpec], chunks: Iterator[tor
         (out / 'model.safetensors.index.json').write_text(json.dumps(index, indent=2))
 
 
+def _copied_type(hf: dict) -> str:
+    # The model_type of a checkpoint we can write a GPTQ copy of (gemma3's multimodal one has
+    # its language model under other names: not yet).
+    model_type = hf.get('model_type', 'llama')
+    if model_type not in ARCHITECTURES:
+        raise ValueError(f'GPTQ copies are made of {", ".join(ARCHITECTURES)} checkpoints, '
+                         f'not {model_type}')
+    return model_type
+
+
 def gptq_config(hf: dict, spec: GptqSpec) -> dict:
-    """config.json of the quantised model: the source's, in keys exllamav2 0.3.2 reads."""
-    skip = ('rope_parameters', 'rope_scaling', 'dtype', 'torch_dtype', 'quantization_config')
+    """
+    config.json of the quantised model: the source's, in keys exllamav2 0.3.2 reads.
+
+    RoPE settings nested per layer type (Gemma 3's, transformers 5) stay as they are: flat
+    keys cannot say them, and our loader and transformers read both.
+    """
+    model_type = _copied_type(hf)
+    per_layer_type = 'full_attention' in (hf.get('rope_parameters') or {})
+    skip = ('dtype', 'torch_dtype', 'quantization_config') + (
+        () if per_layer_type else ('rope_parameters', 'rope_scaling'))
     config = {key: value for key, value in hf.items() if key not in skip}
-    rope = dict(hf.get('rope_parameters') or hf.get('rope_scaling') or {})
-    config['rope_theta'] = float(rope.pop('rope_theta', hf.get('rope_theta', 10000.0)))
-    rope_type = rope.get('rope_type', rope.get('type', 'default'))
-    config['rope_scaling'] = rope if rope_type != 'default' else None
-    config['architectures'] = [ARCHITECTURES[hf.get('model_type', 'llama')]]
+    if not per_layer_type:
+        rope = dict(hf.get('rope_parameters') or hf.get('rope_scaling') or {})
+        config['rope_theta'] = float(rope.pop('rope_theta', hf.get('rope_theta', 10000.0)))
+        rope_type = rope.get('rope_type', rope.get('type', 'default'))
+        config['rope_scaling'] = rope if rope_type != 'default' else None
+    config['architectures'] = [ARCHITECTURES[model_type]]
     config['torch_dtype'] = 'float16'
     config['quantization_config'] = spec.quantization_config()
     return config
@@ -204,6 +223,7 @@ def quantize_hf_dir(src: Path, out: Path, spec: Optional[GptqSpec] = None,
     if hf.get('quantization_config'):
         raise ValueError(f'{src} is already quantised '
                          f'({hf["quantization_config"].get("quant_method")})')
+    _copied_type(hf)
     config = ModelConfig.from_hf(hf)
     spec = spec or GptqSpec(pick_group_size(config))
     out.mkdir(parents=True, exist_ok=True)

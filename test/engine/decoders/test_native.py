@@ -1,30 +1,12 @@
 """Our forward (backend eager) against the transformers reference on the same weights."""
 
+from decode_checks import assert_same_decode
 from physinf_ros.engine import load, Sampling
 from physinf_ros.engine.model.config import ModelConfig
 from physinf_ros.engine.weights.source import synthetic_config
 import pytest
 from tiny_models import ARCHS, save_tiny
 import torch
-
-STEPS = 32
-
-
-def assert_same_decode(reference, ours, prompt_ids, steps=STEPS):
-    """Greedy tokens identical and logits within 1e-4 relative, prefill and every step."""
-    greedy = Sampling()
-    tokens = ([reference.decoder.prefill(prompt_ids, greedy)],
-              [ours.decoder.prefill(prompt_ids, greedy)])
-    for step in range(steps):
-        ref_logits = reference.decoder.last_logits()
-        our_logits = ours.decoder.last_logits()
-        error = (our_logits - ref_logits).norm() / ref_logits.norm()
-        assert error < 1e-4, f'step {step}: relative logit error {error:.2e}'
-        assert tokens[0] == tokens[1], f'tokens differ at step {step}'
-        tokens[0].append(reference.decoder.step())
-        tokens[1].append(ours.decoder.step())
-    assert tokens[0] == tokens[1]
-    return tokens[1]
 
 
 @pytest.mark.parametrize('arch, tie', [(a, False) for a in ARCHS] + [('llama-3.1-8b', True)])

@@ -1,0 +1,51 @@
+"""
+The families our engine decodes: which module of model/ runs a config, and loading through it.
+
+config.FAMILIES maps each model_type to its module; each module offers the same functions
+(from_state_dict, rope_tables, prefill, prompt_logits, decode_layers and llama's KVCache), so
+the decoder, the loaders and the backend table reach every family through `module(config)`.
+"""
+
+from pathlib import Path
+from types import ModuleType
+from typing import Optional
+
+import torch
+
+from . import gemma3, llama, phi3, qwen3, smollm3
+from .config import ARCHS, FAMILIES, ModelConfig
+from .llama import Weights
+
+MODULES = {'llama': llama, 'qwen3': qwen3, 'smollm3': smollm3, 'phi3': phi3,
+           'gemma3': gemma3}
+SUPPORTED = ARCHS   # the model_types of config.json our engine decodes
+
+
+def module(config: ModelConfig) -> ModuleType:
+    """Return the module of model/ that holds config's forward."""
+    return MODULES[FAMILIES[config.model_type]]
+
+
+def supported(hf: dict) -> Optional[str]:
+    """Why our engine cannot decode the model of config.json hf, or None if it can."""
+    try:
+        ModelConfig.from_hf(hf)
+    except KeyError as exc:
+        return f'config.json lacks {exc}'
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def load_hf_dir(path: Path, device: torch.device, dtype: torch.dtype, packed: bool = True,
+                hf: Optional[dict] = None) -> Weights:
+    """Weights of any family from a Hugging Face directory (llama.read_checkpoint)."""
+    config, state = llama.read_checkpoint(path, packed, hf)
+    return module(config).from_state_dict(config, state, device, dtype)
+
+
+def synthetic_weights(config: ModelConfig, device: torch.device, dtype: torch.dtype,
+                      seed: int = 0) -> Weights:
+    """Random weights of config's shape (llama.synthetic_state_dict), fused for its family."""
+    state = llama.synthetic_state_dict(config, device, dtype, seed)
+    return module(config).from_state_dict(config, state, device, dtype)

@@ -1,0 +1,132 @@
+"""
+The kernels the families of issue 53 add, against ops_torch, in Triton's interpreter off a GPU.
+
+q/k head norm, GeGLU, attention with a sliding window and its own scale at head size 256, the
+post-norm residual, and each family's whole step.
+"""
+
+from physinf_ros.engine.kernels import ops_torch, ops_triton
+from physinf_ros.engine.kernels.config import KernelConfig
+from physinf_ros.engine.model import families
+from physinf_ros.engine.model.config import ModelConfig
+from physinf_ros.engine.model.llama import KVCache, rope_tables
+from physinf_ros.engine.weights.source import synthetic_config
+import pytest
+from tiny_models import FAMILY_CASES, tiny_config
+import torch
+
+DEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+# As test_kernels.py: bf16 cases agree to a few bf16 roundings, float32 ones far closer.
+TOL = {torch.float32: 1e-5, torch.bfloat16: 3e-2}
+
+
+def rel(a, b):
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def rand(*shape, dtype=torch.float32, scale=1.0):
+    return (torch.randn(*shape, device=DEVICE) * scale).to(dtype)
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize('heads, kv_heads, dim', [(4, 2, 16), (16, 8, 128), (4, 1, 256)])
+def test_head_norm(dtype, heads, kv_heads, dim):
+    qkv = rand((heads + 2 * kv_heads) * dim, scale=3.0)
+    q_norm, k_norm = rand(dim, dtype=dtype), rand(dim, dtype=dtype)
+    ref, out = qkv.clone(), qkv.clone()
+    ops_torch.head_norm(ref, q_norm, k_norm, heads, 1e-6)
+    ops_triton.head_norm(out, q_norm, k_norm, heads, 1e-6)
+    assert rel(out, ref) < TOL[dtype]
+    v = (heads + kv_heads) * dim
+    assert torch.equal(out[v:], qkv[v:]), 'the v heads are left as they are'
+    # Each head has unit root mean square before its weight: q's first head by q_norm's.
+    head = out[:dim] / q_norm.float()
+    assert abs(head.pow(2).mean().sqrt().item() - 1.0) < 1e-2
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize('i', [72, 35])
+def test_rms_gate_up_gelu(dtype, i):
+    x, g, w = rand(200), rand(200, dtype=dtype), rand(2 * i, 200, dtype=dtype, scale=0.1)
+    out = ops_triton.rms_gate_up_gelu(x, g, w, 1e-6)
+    assert rel(out, ops_torch.rms_gate_up_gelu(x, g, w, 1e-6)) < TOL[dtype]
+    assert rel(out, ops_torch.rms_gate_up_silu(x, g, w, 1e-6)) > 1e-2, 'GeGLU is not SwiGLU'
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize('h', [96, 2560])
+def test_matvec_norm_add(dtype, h):
+    x, a = rand(h), rand(200)
+    w, g = rand(h, 200, dtype=dtype, scale=0.1), rand(h) + 1.0
+    ref, out = x.clone(), x.clone()
+    ops_torch.matvec_norm_add(ref, a, w, g, 1e-6)
+    ops_triton.matvec_norm_add(out, a, w, g, 1e-6)
+    assert rel(out - x, ref - x) < TOL[dtype]
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize('heads, kv_heads, dim, window',
+                         [(4, 1, 256, 16), (4, 2, 32, 5), (4, 2, 32, 0)])
+def test_attention_with_a_window_and_a_scale(dtype, heads, kv_heads, dim, window):
+    max_context, scale = 300, 0.3   # a scale of its own (Gemma 3: query_pre_attn_scalar)
+    config = ModelConfig('gemma3_text', 10, heads * dim, 8, 1, heads, kv_heads, dim, 1e-6,
+                         10000.0)
+    cos, sin = rope_tables(config, max_context, DEVICE)
+    caches = [KVCache.allocate(config, max_context, DEVICE, dtype) for _ in range(2)]
+    caches[0].k.copy_(rand(*caches[0].k.shape, dtype=dtype))
+    caches[0].v.copy_(rand(*caches[0].v.shape, dtype=dtype))
+    caches[1].k.copy_(caches[0].k)
+    caches[1].v.copy_(caches[0].v)
+    for length in (1, 17, 250):
+        pos = torch.tensor([length - 1], dtype=torch.int32, device=DEVICE)
+        qkv = rand((heads + 2 * kv_heads) * dim)
+        ref = ops_torch.rope_attention(qkv, pos, cos, sin, caches[0].k[0], caches[0].v[0],
+                                       heads, scale, window)
+        out = ops_triton.rope_attention(qkv, pos, cos, sin, caches[1].k[0], caches[1].v[0],
+                                        heads, KernelConfig(), scale, window)
+        assert rel(out, ref) < TOL[dtype]
+        if window and length > 3 * window:   # the window changes the answer
+            whole = ops_torch.rope_attention(qkv, pos, cos, sin, caches[0].k[0].clone(),
+                                             caches[0].v[0].clone(), heads, scale)
+            assert rel(whole, ref) > 1e-2
+
+
+@pytest.mark.parametrize('name', sorted(FAMILY_CASES))
+def test_whole_step_of_each_family_matches_the_torch_path(name):
+    arch, tie, sizes = FAMILY_CASES[name]
+    config = ModelConfig.from_hf(tiny_config(arch, tie, sizes))
+    family = families.module(config)
+    weights = families.synthetic_weights(config, DEVICE, torch.float32)
+    # Random norms: the synthetic ones scale by 1, which would hide a norm weight misread.
+    for layer in weights.layers:
+        for norm in vars(layer).values():
+            if isinstance(norm, torch.Tensor) and norm.dim() == 1 and norm.numel() in (
+                    config.hidden_size, config.head_dim):
+                norm.copy_(rand(norm.numel()).abs() + 0.5)
+    cos, sin = family.rope_tables(config, 64, DEVICE)
+    caches = [KVCache.allocate(config, 64, DEVICE, torch.float32) for _ in range(2)]
+    prompt = torch.arange(3, 24, device=DEVICE)
+    for cache in caches:
+        family.prefill(weights, cache, prompt, cos, sin)
+    token = torch.tensor([5], device=DEVICE)
+    ops = ops_triton.KernelOps(KernelConfig())   # as a decoder holds them
+    for step in range(3):
+        pos = torch.tensor([len(prompt) + step], dtype=torch.int32, device=DEVICE)
+        ref = family.decode_layers(weights, caches[0], token, pos, cos, sin, ops_torch)
+        out = family.decode_layers(weights, caches[1], token, pos, cos, sin, ops)
+        assert rel(out, ref) < 1e-5
+        token = torch.tensor([7 + step], device=DEVICE)
+
+
+def test_published_shapes_name_their_family():
+    assert {ModelConfig.from_hf(synthetic_config(arch)).family for arch, _, _ in
+            FAMILY_CASES.values()} == {'qwen3', 'smollm3', 'phi3', 'gemma3'}
+
+
+def test_head_size_256_takes_a_tile_of_the_bytes_of_128_unless_a_row_names_it():
+    # The GPU's shape where there is one (its kernels.yaml entry), else the defaults.
+    config = KernelConfig.for_device(DEVICE, lambda _: None) if DEVICE.type == 'cuda' \
+        else KernelConfig()
+    at_128, at_256 = config.attention, config.attention_for(1, 256)
+    assert at_256.block_t * 256 == at_128.block_t * 128 or at_256.block_t == 16
+    assert at_256.num_stages <= 2 and at_256.splits == at_128.splits
