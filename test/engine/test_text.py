@@ -95,6 +95,7 @@ class ReplayDecoder:
 
     info = DecoderInfo('fake', 'cpu', 'float32', 'fake', 64)
     position = 0
+    reuse_prefix, cached_tokens = True, 0
 
     def __init__(self, tokens):
         self.tokens = iter(tokens)

@@ -246,23 +246,34 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 @torch.inference_mode()
 def prefill(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
-            sin: torch.Tensor) -> torch.Tensor:
-    """Run a prompt ids [n] from position 0, fill the cache, return float32 logits [vocab]."""
-    return prompt_logits(w, cache, ids, cos, sin, last_only=True)[0]
+            sin: torch.Tensor, start: int = 0) -> torch.Tensor:
+    """
+    Run prompt ids [n] from position start, fill the cache, return float32 logits [vocab].
+
+    start > 0 continues a sequence whose first start tokens' keys and values the cache holds.
+    """
+    return prompt_logits(w, cache, ids, cos, sin, last_only=True, start=start)[0]
 
 
 @torch.inference_mode()
 def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
-                  sin: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+                  sin: torch.Tensor, last_only: bool = False, start: int = 0) -> torch.Tensor:
     """
-    Run ids [n] from position 0 and fill the cache; float32 logits [n, vocab] of every position.
+    Run ids [n] from position start and fill the cache; float32 logits [n, vocab] of each.
 
     Each row is the prediction for the next token (teacher forcing); last_only keeps one row.
+    The cache's first start positions must hold this sequence's earlier tokens (a reused
+    prefix): the new tokens attend to them and to each other.
     """
     c = w.config
     n = ids.shape[0]
+    end = start + n
     x = w.embed[ids].float()                                       # [n, H] residual
-    cos_n, sin_n = cos[:n][:, None], sin[:n][:, None]              # broadcast over heads
+    cos_n, sin_n = cos[start:end][:, None], sin[start:end][:, None]   # broadcast over heads
+    # From position 0 SDPA's own causal mask (its flash path); after a reused prefix the new
+    # queries see the whole prefix, so the mask is shifted by start.
+    mask = None if start == 0 else torch.ones(n, end, dtype=torch.bool,
+                                              device=ids.device).tril(start)
     for i, layer in enumerate(w.layers):
         qkv = F.linear(rms_norm(x, layer.attn_norm, c.rms_norm_eps), dense(layer.wqkv),
                        layer.bqkv)
@@ -270,14 +281,15 @@ def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tens
         q = _rotate(q.view(n, c.num_heads, c.head_dim), cos_n, sin_n)
         k = _rotate(k.view(n, c.num_kv_heads, c.head_dim), cos_n, sin_n)
         v = v.view(n, c.num_kv_heads, c.head_dim)
-        cache.k[i, :, :n] = k.transpose(0, 1)
-        cache.v[i, :, :n] = v.transpose(0, 1)
+        cache.k[i, :, start:end] = k.transpose(0, 1)
+        cache.v[i, :, start:end] = v.transpose(0, 1)
         # Prefill runs once per prompt: expanding the kv heads keeps SDPA on its flash path at
         # long prompts (decode never copies them: its kernel indexes the groups).
         group = c.num_heads // c.num_kv_heads
         attn = F.scaled_dot_product_attention(
-            q.transpose(0, 1)[None], cache.k[i, :, :n].repeat_interleave(group, 0)[None],
-            cache.v[i, :, :n].repeat_interleave(group, 0)[None], is_causal=True)[0]
+            q.transpose(0, 1)[None], cache.k[i, :, :end].repeat_interleave(group, 0)[None],
+            cache.v[i, :, :end].repeat_interleave(group, 0)[None], attn_mask=mask,
+            is_causal=mask is None)[0]
         x = x + F.linear(attn.transpose(0, 1).reshape(n, c.q_size), dense(layer.wo)).float()
         h = silu_gate_up(F.linear(rms_norm(x, layer.mlp_norm, c.rms_norm_eps),
                                   dense(layer.w_gate_up)), layer.w_gate_up)
