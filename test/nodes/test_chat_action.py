@@ -1,6 +1,9 @@
 """Conversations through ~/generate: messages, KV reuse and refusals; real rclpy, own process."""
 
 import os
+import re
+import subprocess
+import sys
 import threading
 
 from installed import require_interfaces
@@ -155,3 +158,18 @@ def test_events_and_diagnostics_carry_the_reuse(harness):
         lambda: [d for d in harness.probe.since(mark, 'diagnostics')
                  if d.get('last_cached_tokens') == str(again.cached_tokens)], 5, 'diagnostics')
     assert 0.0 < float(diagnostics[-1]['kv_cache_hit_rate']) < 1.0
+
+
+def test_prompt_client_chat_keeps_the_history_and_prints_the_reuse(harness):
+    lines = 'Where do the cups go?\n\nAnd the plates?\n'
+    done = subprocess.run(
+        [sys.executable, '-m', 'physinf_ros.nodes.prompt_client', '--chat', '--system', SYSTEM,
+         '--decoder', harness.probe.base, '--timeout', '120'],
+        input=lines, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    turns = re.findall(r'\[(eos|length): (\d+) tokens, TTFT ([\d.]+) ms, (\d+) of (\d+) prompt '
+                       r'tokens cached\]', done.stdout)
+    assert len(turns) == 2, done.stdout   # the blank line is no turn
+    (_, _, _, _, first_prompt), (_, _, _, cached, second_prompt) = turns
+    # The second turn's prompt holds the first and its reply, and the cache kept the first.
+    assert int(first_prompt) <= int(cached) < int(second_prompt)
