@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Union
 
 import torch
+from torch.nn.attention.bias import causal_lower_right
 import torch.nn.functional as F
 
 from .config import is_norm, ModelConfig, tensor_inventory
@@ -271,9 +272,9 @@ def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tens
     x = w.embed[ids].float()                                       # [n, H] residual
     cos_n, sin_n = cos[start:end][:, None], sin[start:end][:, None]   # broadcast over heads
     # From position 0 SDPA's own causal mask (its flash path); after a reused prefix the new
-    # queries see the whole prefix, so the mask is shifted by start.
-    mask = None if start == 0 else torch.ones(n, end, dtype=torch.bool,
-                                              device=ids.device).tril(start)
+    # queries see the whole prefix: the causal mask aligned to the keys' end, which SDPA runs
+    # without materialising it (its memory-efficient kernel on CUDA).
+    mask = None if start == 0 else causal_lower_right(n, end)
     for i, layer in enumerate(w.layers):
         qkv = F.linear(rms_norm(x, layer.attn_norm, c.rms_norm_eps), dense(layer.wqkv),
                        layer.bqkv)
