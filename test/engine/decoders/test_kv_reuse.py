@@ -3,7 +3,7 @@
 from physinf_ros.engine import load, Sampling
 from physinf_ros.engine.base import reusable_prefix
 from physinf_ros.engine.decoders import native
-from physinf_ros.engine.generate import FINISH_CANCELLED
+from physinf_ros.engine.generate import FINISH_CANCELLED, FINISH_EOS
 import pytest
 
 SYSTEM = 'You are a kitchen robot. You fetch cups, plates and cutlery, and you answer briefly.'
@@ -26,6 +26,11 @@ def reply(engine, prompt_ids, reuse=True, max_new_tokens=12, cancel_after=None):
     return generation
 
 
+def fed(generation):
+    """Return the reply tokens a step was fed: all but the last, unless an end of sequence."""
+    return len(generation.token_ids) - (generation.finish_reason != FINISH_EOS)
+
+
 def cold(engine, prompt_ids, **kwargs):
     """Decode from position 0, the cache first filled with an unrelated sequence."""
     reply(engine, engine.encode('Unrelated: count to three.'), reuse=False, max_new_tokens=2)
@@ -46,14 +51,14 @@ def test_a_follow_up_turn_reuses_the_conversation_and_answers_as_cold(engine):
     # What the cache holds: the prompt and every reply token fed to a step (all but the last).
     follow_up = first + turn.token_ids + engine.encode('And the plates?', use_chat_template=False)
     reused = reply(engine, follow_up)
-    assert reused.cached_tokens == len(first) + len(turn.token_ids) - 1
+    assert reused.cached_tokens == len(first) + fed(turn)
     again = cold(engine, follow_up)
     assert again.cached_tokens == 0
     assert reused.token_ids == again.token_ids
     assert len(set(reused.token_ids)) > 3, 'a degenerate reply would make this comparison weak'
     # Third turn: the second reply's tokens are reused as well.
     third = follow_up + reused.token_ids + engine.encode(' Thanks.', use_chat_template=False)
-    assert reply(engine, third).cached_tokens == len(follow_up) + len(reused.token_ids) - 1
+    assert reply(engine, third).cached_tokens == len(follow_up) + fed(reused)
     assert reply(engine, third).token_ids == cold(engine, third).token_ids
 
 
