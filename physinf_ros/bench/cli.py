@@ -153,7 +153,8 @@ def ttft_main(args, parser: argparse.ArgumentParser, argv: List[str]) -> int:
         return 2
     records = [row.record() for row in rows]
     info = engine.info
-    doc = {'kind': 'ttft', 'created_utc': datetime.now(timezone.utc).isoformat(
+    doc = {'schema': ttft.SCHEMA, 'schema_version': ttft.SCHEMA_VERSION, 'kind': 'ttft',
+           'created_utc': datetime.now(timezone.utc).isoformat(
                timespec='seconds'),
            'command': ' '.join(['physinf-bench'] + argv),
            'machine': results.machine_facts(device), 'target': target.facts(),

@@ -25,6 +25,8 @@ from typing import Callable, List, Optional, Sequence
 from .protocol import GREEDY, prompt_ids, vocab_size
 from ..engine.model.config import ModelConfig
 
+SCHEMA = 'physinf_ros.ttft'   # a results file of physinf-bench --ttft (physinf-report reads it)
+SCHEMA_VERSION = 1
 TURN_TOKENS = 32
 DEFAULT_HISTORIES = (512, 1024, 2048, 4096, 8192, 16384)
 
@@ -118,6 +120,22 @@ def measure(engine, histories: Sequence[int] = DEFAULT_HISTORIES, turn: int = TU
         rows.append(row)
     decoder.reuse_prefix = True
     return rows
+
+
+def report_lines(docs: Sequence[dict]) -> List[str]:
+    """Return physinf-report's section for --ttft results files: a table per file."""
+    if not docs:
+        return []
+    lines = ['## Time to first token', '',
+             'Per history length: a cold prefill of history + turn, and the turn once the KV '
+             'cache holds the history; medians, next to the compute floor over the dense bf16 '
+             'peak (see physinf_ros/bench/ttft.py).', '']
+    for doc in docs:
+        model, target = doc['model'], doc['target']
+        lines += [f'**{model["spec"]}** ({model["backend"]}, {model["dtype"]}) on '
+                  f'{target["name"]}, peak {doc["peak_tflops"] or "-"} TFLOP/s:', '',
+                  table(doc['rows']), '']
+    return lines
 
 
 def table(records: List[dict]) -> str:

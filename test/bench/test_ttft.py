@@ -2,7 +2,7 @@
 
 import json
 
-from physinf_ros.bench import cli, ttft
+from physinf_ros.bench import cli, report, ttft
 from physinf_ros.engine import load
 from physinf_ros.engine.model.config import ModelConfig
 from tiny_models import save_tiny, tiny_config
@@ -38,6 +38,9 @@ def test_measure_reuses_each_history_and_the_cli_writes_the_table(tmp_path):
                            '--model', folder, '--device', 'cpu', '--backend', 'eager',
                            '--out', str(out)]) == 0
     doc = json.loads(out.read_text())
-    assert doc['kind'] == 'ttft' and [r['history'] for r in doc['rows']] == [16, 24]
+    assert doc['schema'] == ttft.SCHEMA and [r['history'] for r in doc['rows']] == [16, 24]
     assert doc['command'].startswith('physinf-bench --ttft 16,24')
     assert '| 24 | 4 |' in doc['table'] and doc['peak_tflops'] is None   # no peak on a CPU
+    # physinf-report puts the table in its report, beside the step cells of other files.
+    rendered = report.render([out], tmp_path / 'report').read_text()
+    assert '## Time to first token' in rendered and doc['table'] in rendered
