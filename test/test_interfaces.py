@@ -7,17 +7,20 @@ from installed import require_interfaces
 require_interfaces()
 
 from physinf_ros_interfaces.action import Generate  # noqa: E402, I100 - after the skip
+from physinf_ros_interfaces.msg import ChatMessage  # noqa: E402
 import rclpy  # noqa: E402
 from rclpy.action import ActionClient, ActionServer  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from rclpy.serialization import deserialize_message, serialize_message  # noqa: E402
 
-GOAL = {'prompt': 'string', 'max_new_tokens': 'int32', 'temperature': 'float',
-        'top_p': 'float', 'seed': 'int64', 'response_format': 'string', 'grammar': 'string',
-        'tools': 'string', 'tool_choice': 'string'}
+GOAL = {'prompt': 'string', 'messages': 'sequence<physinf_ros_interfaces/ChatMessage>',
+        'max_new_tokens': 'int32', 'temperature': 'float', 'top_p': 'float', 'seed': 'int64',
+        'response_format': 'string', 'grammar': 'string', 'tools': 'string',
+        'tool_choice': 'string'}
 RESULT = {'text': 'string', 'finish_reason': 'string', 'detail': 'string', 'tokens': 'int32',
-          'ttft_ms': 'double', 'tokens_per_s': 'double', 'tool_calls': 'string'}
+          'ttft_ms': 'double', 'tokens_per_s': 'double', 'prompt_tokens': 'int32',
+          'cached_tokens': 'int32', 'tool_calls': 'string'}
 FEEDBACK = {'piece': 'string', 'tokens': 'int32', 'step_ms': 'double'}
 
 
@@ -25,6 +28,7 @@ def test_fields_are_the_documented_ones():
     assert Generate.Goal.get_fields_and_field_types() == GOAL
     assert Generate.Result.get_fields_and_field_types() == RESULT
     assert Generate.Feedback.get_fields_and_field_types() == FEEDBACK
+    assert ChatMessage.get_fields_and_field_types() == {'role': 'string', 'content': 'string'}
 
 
 def test_an_unset_goal_asks_for_the_nodes_settings():
@@ -43,6 +47,11 @@ def test_text_survives_serialisation():
                              tokens_per_s=8.25)
     back = deserialize_message(serialize_message(result), Generate.Result)
     assert back == result
+    goal = Generate.Goal(messages=[ChatMessage(role='system', content='Be brief.'),
+                                   ChatMessage(role='user', content='Où est la cuisine ? 🤖')])
+    back = deserialize_message(serialize_message(goal), Generate.Goal)
+    assert [(m.role, m.content) for m in back.messages] == [
+        ('system', 'Be brief.'), ('user', 'Où est la cuisine ? 🤖')]
 
 
 def test_goal_feedback_and_result_round_trip_over_ros():

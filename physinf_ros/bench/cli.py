@@ -1,15 +1,19 @@
 """physinf-bench: run the protocol, print a short table, write the results as JSON + CSV."""
 
 import argparse
+from datetime import datetime, timezone
+import json
 from pathlib import Path
 import sys
 from typing import Dict, List
 
-from . import protocol, results
+from . import protocol, results, ttft
 from .benchmark import BenchListener, Benchmark
 from .params import MODES_HELP
 from .protocol import Plan
-from ..engine import EMBEDDED, EngineError, MODEL_SPEC_HELP
+from ..engine import EMBEDDED, EngineError, load, MODEL_SPEC_HELP
+from ..engine.device import pick_device
+from ..measurement.targets import detect
 from ..structured import ConstraintError, OutputFormat
 from ..structured.constraint import json_schema
 
@@ -86,6 +90,15 @@ def bench_parser() -> argparse.ArgumentParser:
     parser.add_argument('--tokenizer', default='', metavar='DIR',
                         help="the grammar's tokenizer where the model has none (synthetic:); "
                              "its vocabulary must be the model's size")
+    parser.add_argument('--ttft', metavar='HISTORIES',
+                        help='measure time to first token instead of steps: per history length '
+                             '(comma-separated, e.g. 512,2048,16384) a cold prefill of history '
+                             'and a new turn, and the turn reusing the KV cache of the history, '
+                             'each next to its compute floor (the --backend mode, default auto)')
+    parser.add_argument('--ttft-turn', type=int, default=ttft.TURN_TOKENS,
+                        help='tokens of the new turn (--ttft)')
+    parser.add_argument('--ttft-repeats', type=int, default=3,
+                        help='timed repeats per history length (--ttft); medians are reported')
     parser.add_argument('--out', type=Path,
                         help='results JSON (CSV beside it); default '
                              'benchmarks/results/<target>/<model>-<time>.json')
@@ -119,9 +132,49 @@ def plan_from_args(args, parser: argparse.ArgumentParser) -> Plan:
     return plan
 
 
+def ttft_main(args, parser: argparse.ArgumentParser, argv: List[str]) -> int:
+    """Run --ttft: the TTFT table, printed and written as JSON."""
+    try:
+        histories = protocol.parse_list(args.ttft, int)
+    except ValueError:
+        parser.error(f'--ttft must be comma-separated integers; got {args.ttft!r}')
+    if not histories or min(histories) < 1 or args.ttft_turn < 1 or args.ttft_repeats < 1:
+        parser.error('--ttft histories, --ttft-turn and --ttft-repeats must be positive')
+    try:
+        device = pick_device(args.device)
+        target = detect(device, args.target, _log)
+        engine = load(args.model, args.backend or 'auto', args.device, args.dtype,
+                      max_context=64, log=_log)
+        peak = target.bf16_dense_tflops if device.type == 'cuda' else None
+        rows = ttft.measure(engine, histories, args.ttft_turn, args.ttft_repeats, args.seed,
+                            peak, _log)
+    except (ValueError, EngineError) as exc:
+        _log(f'error: {exc}')
+        return 2
+    records = [row.record() for row in rows]
+    info = engine.info
+    doc = {'schema': ttft.SCHEMA, 'schema_version': ttft.SCHEMA_VERSION, 'kind': 'ttft',
+           'created_utc': datetime.now(timezone.utc).isoformat(
+               timespec='seconds'),
+           'command': ' '.join(['physinf-bench'] + argv),
+           'machine': results.machine_facts(device), 'target': target.facts(),
+           'model': {'spec': args.model, 'backend': info.backend, 'dtype': info.dtype,
+                     'device': info.device},
+           'protocol': ttft.__doc__.strip(), 'peak_tflops': peak, 'rows': records,
+           'table': ttft.table(records)}
+    out = args.out or results.default_path(target, 'ttft-' + args.model)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + '\n')
+    print(doc['table'])
+    print(f'wrote {out}')
+    return 0
+
+
 def bench_main(argv=None) -> int:
     parser = bench_parser()
     args = parser.parse_args(argv)
+    if args.ttft:
+        return ttft_main(args, parser, list(sys.argv[1:] if argv is None else argv))
     plan = plan_from_args(args, parser)
     try:
         benchmark = Benchmark(plan, args.target, args.price_per_hour, log=_log)

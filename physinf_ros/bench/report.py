@@ -14,7 +14,7 @@ from pathlib import Path
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from . import matrix, results
+from . import matrix, results, ttft
 
 PLOTS = {
     'r_floor': 'r_floor_by_context.png',
@@ -262,16 +262,20 @@ def _cells_table(cells: Sequence[dict]) -> List[str]:
     return lines
 
 
-def _read(files: Sequence[Path]) -> Tuple[List[Path], List[dict], List[dict]]:
-    # physinf-bench files and physinf-attention files, told apart by their schema.
-    bench_files, docs, attention = [], [], []
+def _read(files: Sequence[Path]) -> Tuple[List[Path], List[dict], List[dict], List[dict]]:
+    # physinf-bench files (steps or --ttft) and physinf-attention files, told apart by their
+    # schema.
+    bench_files, docs, attention, first_tokens = [], [], [], []
     for file in files:
-        if json.loads(Path(file).read_text()).get('schema') == matrix.ATTENTION_SCHEMA:
+        schema = json.loads(Path(file).read_text()).get('schema')
+        if schema == matrix.ATTENTION_SCHEMA:
             attention.append(json.loads(Path(file).read_text()))
+        elif schema == ttft.SCHEMA:
+            first_tokens.append(json.loads(Path(file).read_text()))
         else:
             bench_files.append(file)
             docs.append(results.read(file))
-    return bench_files, docs, attention
+    return bench_files, docs, attention, first_tokens
 
 
 def _matrix_lines(docs: Sequence[dict], cells: Sequence[dict], attention: Sequence[dict],
@@ -294,7 +298,7 @@ def _matrix_lines(docs: Sequence[dict], cells: Sequence[dict], attention: Sequen
 
 def render(files: Sequence[Path], out_dir: Path) -> Path:
     """Read results files and write report.md plus the PNG plots into out_dir."""
-    files, docs, attention = _read([Path(f) for f in files])
+    files, docs, attention, first_tokens = _read([Path(f) for f in files])
     cells = rows(docs)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -311,7 +315,8 @@ def render(files: Sequence[Path], out_dir: Path) -> Path:
              'entry: their B_peak is a measured device-copy bandwidth.', '',
              '## Sources', ''] + _sources_table(docs, files) + [
              '', '## Cells', ''] + _cells_table(cells) + [''] + _matrix_lines(
-                 docs, cells, attention, out_dir) + ['## Plots', '']
+                 docs, cells, attention, out_dir) + ttft.report_lines(first_tokens) + [
+                 '## Plots', '']
     captions = {'r_floor': 'R_floor by context', 'ladder': 'ms per step by target (ladder)',
                 'speedup': 'speedup with 95% CI', 'cost': 'cost per million tokens'}
     for key, path in drawn.items():

@@ -27,6 +27,20 @@ def check_prompt(token_ids: Sequence[int], max_context: int) -> None:
                           f'of {max_context} tokens')
 
 
+def reusable_prefix(held: Sequence[int], token_ids: Sequence[int]) -> int:
+    """
+    Return how many leading tokens of token_ids a cache holding held can keep.
+
+    The longest common prefix, less one when it is the whole prompt: the prefill must run at
+    least the last token to choose the first one of the reply.
+    """
+    limit = min(len(held), len(token_ids) - 1)
+    common = 0
+    while common < limit and held[common] == token_ids[common]:
+        common += 1
+    return common
+
+
 def check_room(position: int, max_context: int) -> None:
     """Refuse a step once prompt plus reply would exceed max_context tokens."""
     if position + 1 >= max_context:
@@ -134,10 +148,21 @@ class AllowedTokens(Protocol):
 
 
 class Decoder(Protocol):
-    """Batch-1 decoding with a KV cache, one token per step."""
+    """
+    Batch-1 decoding with a KV cache, one token per step.
+
+    The cache keeps the sequence last decoded (its prompt and the reply tokens fed), and a
+    prefill computes only the tokens after the longest prefix it shares with that sequence
+    (reusable_prefix) while reuse_prefix is true. A backend that cannot keep a prefix prefills
+    from position 0 and says so: cached_tokens 0.
+    """
 
     info: DecoderInfo
     device: torch.device
+    # Whether the next prefill may keep the cached prefix it shares (the caller sets it).
+    reuse_prefix: bool
+    # Prompt tokens the last prefill kept from the cache instead of computing them.
+    cached_tokens: int
 
     def step_facts(self) -> StepFacts:
         """Return the model's shape and how its weights and KV cache are stored."""
@@ -149,7 +174,10 @@ class Decoder(Protocol):
     def prefill(self, token_ids: Sequence[int], sampling: Sampling,
                 allowed: Optional[AllowedTokens] = None) -> int:
         """
-        Empty the cache, run the prompt and return the first chosen token.
+        Run the prompt and return the first chosen token.
+
+        The cache keeps the prefix the prompt shares with the sequence it holds (see the class),
+        and cached_tokens says how long it was; the rest of the cache is overwritten.
 
         allowed: every choice of this reply (the first and each step's) is one of allowed.bits,
         which the caller refills between steps, and launches at most one step ahead.

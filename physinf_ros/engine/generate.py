@@ -65,6 +65,7 @@ class Generation:
         self.pieces: List[str] = []
         self.step_ms: List[float] = []
         self.ttft_ms: Optional[float] = None
+        self.cached_tokens = 0   # prompt tokens whose keys and values the prefill kept
         self.finish_reason: Optional[str] = None
         self.detail = ''
         self._full: Optional[ContextFull] = None   # why no further step could be launched
@@ -128,6 +129,7 @@ class Generation:
                 return
         token = self.decoder.prefill(self.prompt_ids, self.sampling, self.constraint)
         self.ttft_ms = (time.perf_counter() - start) * 1000.0
+        self.cached_tokens = self.decoder.cached_tokens
         ahead: Deque[PendingStep] = deque()
         piece = self._piece(token, None)
         while True:

@@ -20,7 +20,8 @@ from .decoders.backends import (Build, check_name as check_backend, NATIVE, pick
 from .device import device_label, dtype_name, pick_device, pick_dtype
 from .generate import Generation
 from .kernels.config import KernelConfig
-from .text import encode_prompt, encode_text, encode_truncated, load_tokenizer
+from .text import (encode_messages, encode_prompt, encode_text, encode_truncated,
+                   load_tokenizer)
 from .weights.resolve import EMBEDDED, resolve
 from .weights.source import ModelSource, stop_token_ids
 from ..structured import (check_output, compile_constraint, Constraint, ConstraintError,
@@ -50,6 +51,14 @@ class Engine:
         self._need_tokenizer()
         system_prompt, tools = self._with_tools(system_prompt, output)
         return encode_prompt(self.tokenizer, text, use_chat_template, system_prompt, tools)
+
+    def encode_messages(self, messages: Sequence[Tuple[str, str]], use_chat_template: bool = True,
+                        system_prompt: str = '', output: OutputFormat = OutputFormat()
+                        ) -> List[int]:
+        """Encode a conversation of (role, content) messages (text.encode_messages)."""
+        self._need_tokenizer()
+        system_prompt, tools = self._with_tools(system_prompt, output)
+        return encode_messages(self.tokenizer, messages, use_chat_template, system_prompt, tools)
 
     def encode_truncated(self, text: str, limit: int, use_chat_template: bool = True,
                          system_prompt: str = '', output: OutputFormat = OutputFormat()

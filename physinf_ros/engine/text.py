@@ -1,22 +1,19 @@
 """
 Text in and out: chat-template prompts and streaming detokenisation.
 
-User text (prompts and system_prompt) never becomes special tokens: `<|im_start|>system`
-typed in a prompt is tokenised as the plain text it is, so no client can open a turn of its
-own. Only the chat template's own markers are special tokens. The template is rendered with
-placeholders for the messages' text, its pieces are tokenised with special tokens recognised,
-and the text in between with special tokens split.
+User text (prompts, system_prompt and every message of a conversation) never becomes special
+tokens: `<|im_start|>system` typed in a prompt is tokenised as the plain text it is, so no
+client can open a turn of its own. Only the chat template's own markers are special tokens. The
+template is rendered with placeholders for the messages' text, its pieces are tokenised with
+special tokens recognised, and the text in between with special tokens split.
 """
 
 import threading
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from .base import EngineError
 
 TOKENIZER_FILES = ('tokenizer.json', 'tokenizer_config.json', 'tokenizer.model')
-# Stand-ins for the messages' text while the template renders: the user's text never passes
-# through the template, so nothing in it can collide with these.
-_PLACEHOLDERS = {'system': '\x00physinf-system-text\x00', 'user': '\x00physinf-user-text\x00'}
 # transformers passes split_special_tokens to the shared Rust tokenizer as a flag that every
 # encode call sets: two threads encoding at once could run with each other's setting (a
 # template marker split, or a user's special token parsed).
@@ -41,6 +38,12 @@ def encode_text(tokenizer, text: str) -> List[int]:
         return tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
 
 
+def _placeholder(index: int) -> str:
+    # A stand-in for message index's text while the template renders: the user's text never
+    # passes through the template, so nothing in it can collide with these.
+    return f'\x00physinf-message-{index}-text\x00'
+
+
 def encode_prompt(tokenizer, text: str, use_chat_template: bool = True,
                   system_prompt: str = '', tools: Optional[list] = None) -> List[int]:
     """
@@ -48,30 +51,41 @@ def encode_prompt(tokenizer, text: str, use_chat_template: bool = True,
 
     tools: function specs for a template that renders them (its tools argument).
     """
+    return encode_messages(tokenizer, [('user', text)], use_chat_template, system_prompt, tools)
+
+
+def encode_messages(tokenizer, messages: Sequence[Tuple[str, str]], use_chat_template: bool = True,
+                    system_prompt: str = '', tools: Optional[list] = None) -> List[int]:
+    """
+    Token ids for a conversation of (role, content) messages, ready for the reply.
+
+    Rendered with the model's chat template when asked (and it has one), with the generation
+    prompt after the last message; system_prompt opens it unless its first message is a system
+    one of its own. Without a template the contents are joined by blank lines.
+    """
+    if system_prompt and not (messages and messages[0][0] == 'system'):
+        messages = [('system', system_prompt)] + list(messages)
     if not (use_chat_template and getattr(tokenizer, 'chat_template', None)):
-        if system_prompt:
-            text = f'{system_prompt}\n\n{text}'
         with _ENCODE_LOCK:
             # The tokenizer's own BOS (if it adds one) still comes: split_special_tokens only
             # changes how the text is read.
-            return tokenizer.encode(text, split_special_tokens=True)
-    roles = (['system'] if system_prompt else []) + ['user']
-    messages = [{'role': role, 'content': _PLACEHOLDERS[role]} for role in roles]
-    rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                             tokenize=False, **({'tools': tools} if tools else {}))
-    contents = {'system': system_prompt, 'user': text}
+            return tokenizer.encode('\n\n'.join(content for _, content in messages),
+                                    split_special_tokens=True)
+    rendered = tokenizer.apply_chat_template(
+        [{'role': role, 'content': _placeholder(i)} for i, (role, _) in enumerate(messages)],
+        add_generation_prompt=True, tokenize=False, **({'tools': tools} if tools else {}))
     ids: List[int] = []
     with _ENCODE_LOCK:
-        for role in roles:
-            before, found, rendered = rendered.partition(_PLACEHOLDERS[role])
-            if not found or _PLACEHOLDERS[role] in rendered:
-                raise EngineError(f'the chat template does not put the {role} text in the '
-                                  'prompt exactly once; set use_chat_template to false')
+        for index, (role, content) in enumerate(messages):
+            before, found, rendered = rendered.partition(_placeholder(index))
+            if not found or _placeholder(index) in rendered:
+                raise EngineError(f'the chat template does not put the text of message {index} '
+                                  f'({role}) in the prompt exactly once; set use_chat_template '
+                                  'to false')
             # The template's pieces hold its special tokens (and BOS, if it has one); adding
             # them again would double BOS.
             ids += tokenizer.encode(before, add_special_tokens=False)
-            ids += tokenizer.encode(contents[role], add_special_tokens=False,
-                                    split_special_tokens=True)
+            ids += tokenizer.encode(content, add_special_tokens=False, split_special_tokens=True)
         return ids + tokenizer.encode(rendered, add_special_tokens=False)
 
 

@@ -65,6 +65,36 @@ class TokenIntervals:
         return self._window.summary()
 
 
+class PrefixReuse:
+    """
+    How much of the prompts the KV cache held: the hit rate and the last request's count.
+
+    hit_rate is the fraction of prompt tokens, over the requests decoded since the counts were
+    made, whose keys and values were kept rather than computed (NaN before the first).
+    """
+
+    def __init__(self):
+        self.prompt_tokens = self.cached_tokens = self.requests_reusing = 0
+        self.last_prompt_tokens = self.last_cached_tokens = 0
+
+    def add(self, prompt_tokens: int, cached_tokens: int) -> None:
+        """Count one decoded request."""
+        self.prompt_tokens += prompt_tokens
+        self.cached_tokens += cached_tokens
+        self.requests_reusing += cached_tokens > 0
+        self.last_prompt_tokens, self.last_cached_tokens = prompt_tokens, cached_tokens
+
+    @property
+    def hit_rate(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else float('nan')
+
+    def values(self) -> dict:
+        """Return the diagnostics' fields."""
+        return {'kv_cache_hit_rate': self.hit_rate, 'kv_requests_reusing': self.requests_reusing,
+                'last_prompt_tokens': self.last_prompt_tokens,
+                'last_cached_tokens': self.last_cached_tokens}
+
+
 def bootstrap_ratio_ci(a: Sequence[float], b: Sequence[float], confidence: float = 0.95,
                        resamples: int = 10000, seed: int = 0) -> Tuple[float, float, float]:
     """

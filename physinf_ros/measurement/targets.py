@@ -33,6 +33,8 @@ class Target:
     price_source: Optional[str] = None
     price_date: Optional[str] = None
     aliases: tuple = ()
+    bf16_dense_tflops: Optional[float] = None   # dense bf16 tensor peak; None where unknown
+    compute_source: Optional[str] = None
 
     def with_price(self, price_per_hour: float, source: str, date: str) -> 'Target':
         """Return this target with another hourly price (e.g. from the command line)."""
@@ -44,7 +46,9 @@ class Target:
         return {'key': self.key, 'name': self.name, 'B_peak_gbs': self.bandwidth_gbs,
                 'bandwidth_source': self.bandwidth_source, 'measured': self.measured,
                 'memory_gb': self.memory_gb, 'price_per_hour': self.price_per_hour,
-                'price_source': self.price_source, 'price_date': self.price_date}
+                'price_source': self.price_source, 'price_date': self.price_date,
+                'bf16_dense_tflops': self.bf16_dense_tflops,
+                'compute_source': self.compute_source}
 
 
 def load_targets(text: Optional[str] = None) -> Dict[str, Target]:
@@ -63,7 +67,10 @@ def load_targets(text: Optional[str] = None) -> Dict[str, Target]:
             bandwidth_source=entry['bandwidth_source'], memory_gb=entry.get('memory_gb'),
             price_per_hour=None if price[0] is None else float(price[0]),
             price_source=price[1], price_date=None if price[2] is None else str(price[2]),
-            aliases=tuple(entry.get('aliases') or ()))
+            aliases=tuple(entry.get('aliases') or ()),
+            bf16_dense_tflops=None if entry.get('bf16_dense_tflops') is None
+            else float(entry['bf16_dense_tflops']),
+            compute_source=entry.get('compute_source'))
     return targets
 
 

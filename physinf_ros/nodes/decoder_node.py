@@ -44,10 +44,11 @@ from .goal_clients import GoalClients
 from .instance_claim import claim_name, NameTaken, NameWatch
 from ..engine import EngineError, load, Sampling
 from ..measurement.roofline import LiveFloor
-from ..measurement.stats import LatencyWindow, TokenIntervals
+from ..measurement.stats import LatencyWindow, PrefixReuse, TokenIntervals
 from ..serving.params import (AUTOSTART, check, check_value, DECODER_PARAMS, output_format,
                               OUTPUT_PARAMS, PARAMS_BY_NAME)
-from ..serving.prompts import admit, too_long, truncation_limit
+from ..serving.prompts import (admit, admit_messages, conversation_too_long, too_long,
+                               truncation_limit)
 from ..serving.request_queue import Ledger, Request, RequestQueue
 from ..structured import ConstraintError
 
@@ -207,6 +208,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
         self._intervals = TokenIntervals()
         self._ledger = Ledger()
         self._last_ttft_ms = float('nan')
+        self._reuse = PrefixReuse()
         self.configure_error = ''
 
         self._tokens_pub = self.create_publisher(String, '~/tokens', TOKENS_QOS)
@@ -276,6 +278,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
             + self._memory_note(engine))
         # The engine last: the diagnostics and the prompts read it as "configured".
         self._floor = LiveFloor(engine.decoder, log=self.get_logger().info)
+        self._reuse = PrefixReuse()   # a new cache holds nothing yet
         self._queue = RequestQueue(s['queue_size'])
         self.engine = engine
         self._worker_stop.clear()
@@ -401,23 +404,66 @@ class DecoderNode(LifecycleNodeMixin, Node):
         self._submit(msg.data, {}, TopicReply(self))
 
     def _submit(self, text: str, overrides: Dict[str, Any], reply,
-                goal_id: Optional[str] = None) -> Optional[str]:
-        """Admit a prompt from ~/prompt or a goal; the reason when refused, else None."""
+                goal_id: Optional[str] = None, messages: tuple = ()) -> Optional[str]:
+        """
+        Admit a prompt from ~/prompt or a goal; the reason when refused, else None.
+
+        messages: a goal's conversation, (role, content) pairs; when given, text is unused.
+        """
         with self._serving:
             request_id, self._next_id = self._next_id, self._next_id + 1
             self._ledger.count('received')
             if self.state != 'active':
                 return self._reject(request_id, NOT_SERVING[self.state], goal_id,
                                     state=self.state)
-            return self._admit(request_id, text, overrides, reply, goal_id)
+            settings = {**self._settings, **overrides}
+            for name, value in overrides.items():
+                reason = check(name, value, settings)
+                if reason:
+                    return self._reject(request_id, f'goal field {reason}', goal_id)
+            if messages:
+                return self._admit_conversation(request_id, messages, settings, reply, goal_id)
+            return self._admit(request_id, text, settings, reply, goal_id)
 
-    def _admit(self, request_id: int, text: str, overrides: Dict[str, Any], reply,
+    def _admit_conversation(self, request_id: int, messages: tuple, s: Dict[str, Any],
+                            reply, goal_id: str) -> Optional[str]:
+        # A conversation is checked as a prompt is, never truncated: its turns are the client's.
+        conversation = admit_messages(messages, s['max_prompt_bytes'])
+        if not conversation.ok:
+            return self._reject(request_id, conversation.reason, goal_id,
+                                prompt_bytes=conversation.prompt_bytes)
+        max_context = self.engine.info.max_context
+        notes = [f'{len(messages)} messages']
+        if conversation.removed_controls:
+            notes.append(f'{conversation.removed_controls} control characters removed')
+        try:
+            output, constraint = self._output(s, notes)
+        except (ConstraintError, EngineError) as exc:
+            return self._reject(request_id, f'output format refused: {exc}', goal_id)
+        try:
+            prompt_ids = self.engine.encode_messages(conversation.messages,
+                                                     s['use_chat_template'], s['system_prompt'],
+                                                     output)
+        except Exception as exc:  # noqa: B902 - a tokenizer failure must not kill the node
+            return self._reject(request_id, f'conversation could not be tokenised: {exc}',
+                                goal_id)
+        if len(prompt_ids) >= max_context:
+            return self._reject(request_id, conversation_too_long(len(prompt_ids), max_context),
+                                goal_id, prompt_tokens=len(prompt_ids), max_context=max_context)
+        return self._enqueue(request_id, prompt_ids, s, reply, goal_id, notes, output,
+                             constraint)
+
+    def _output(self, s: Dict[str, Any], notes: List[str]) -> tuple:
+        # What the reply must be, compiled now so that a bad schema, grammar or tool set is
+        # refused before any decoding (ConstraintError, or EngineError without a tokenizer).
+        output = output_format(s)
+        constraint = self.engine.constraint(output)
+        if constraint is not None and constraint.warnings:
+            notes.append('not enforced by the grammar: ' + '; '.join(constraint.warnings))
+        return output, constraint
+
+    def _admit(self, request_id: int, text: str, s: Dict[str, Any], reply,
                goal_id: Optional[str]) -> Optional[str]:
-        s = {**self._settings, **overrides}
-        for name, value in overrides.items():
-            reason = check(name, value, s)
-            if reason:
-                return self._reject(request_id, f'goal field {reason}', goal_id)
         # Size and text checks come before any tokenizer work: a 2 MB payload costs a length.
         admission = admit(text, s['max_prompt_bytes'])
         if not admission.ok:
@@ -428,14 +474,10 @@ class DecoderNode(LifecycleNodeMixin, Node):
             notes.append(f'{admission.removed_controls} control characters removed')
         engine = self.engine
         max_context = engine.info.max_context
-        output = output_format(s)
         try:
-            # A schema, grammar or tool set that cannot be used is refused before any decoding.
-            constraint = engine.constraint(output)
+            output, constraint = self._output(s, notes)
         except (ConstraintError, EngineError) as exc:
             return self._reject(request_id, f'output format refused: {exc}', goal_id)
-        if constraint is not None and constraint.warnings:
-            notes.append('not enforced by the grammar: ' + '; '.join(constraint.warnings))
         try:
             prompt_ids = engine.encode(admission.text, s['use_chat_template'], s['system_prompt'],
                                        output)
@@ -454,6 +496,12 @@ class DecoderNode(LifecycleNodeMixin, Node):
         if room < 1:
             return self._reject(request_id, too_long(len(prompt_ids), max_context, system_tokens),
                                 goal_id, prompt_tokens=len(prompt_ids), max_context=max_context)
+        return self._enqueue(request_id, prompt_ids, s, reply, goal_id, notes, output,
+                             constraint)
+
+    def _enqueue(self, request_id: int, prompt_ids: List[int], s: Dict[str, Any], reply,
+                 goal_id: Optional[str], notes: List[str], output, constraint) -> Optional[str]:
+        room = self.engine.info.max_context - len(prompt_ids)
         seed = s['seed'] if s['seed'] >= 0 else None
         request = Request(request_id, prompt_ids, min(s['max_new_tokens'], room),
                           Sampling(s['temperature'], s['top_p'], seed), goal_id=goal_id,
@@ -484,7 +532,8 @@ class DecoderNode(LifecycleNodeMixin, Node):
         goal_id = str(uuid.UUID(bytes=bytes(goal_handle.goal_id.uuid)))
         done = Future()
         refused = self._submit(goal.prompt, goal_settings(goal),
-                               GoalReply(goal_handle, done, self._feedback_readers()), goal_id)
+                               GoalReply(goal_handle, done, self._feedback_readers()), goal_id,
+                               tuple((m.role, m.content) for m in goal.messages))
         if refused is not None:
             goal_handle.abort()
             return Generate.Result(finish_reason='rejected', detail=refused)
@@ -508,6 +557,8 @@ class DecoderNode(LifecycleNodeMixin, Node):
             detail=outcome.get('detail', '') if finished else outcome['reason'],
             tokens=outcome.get('tokens', 0), ttft_ms=outcome.get('ttft_ms') or 0.0,
             tokens_per_s=outcome.get('tokens_per_s', 0.0),
+            prompt_tokens=len(request.prompt_ids),
+            cached_tokens=outcome.get('cached_tokens', 0),
             tool_calls=json.dumps(outcome.get('tool_calls', [])))
 
     def _cancel_goal(self, goal_handle) -> CancelResponse:
@@ -611,6 +662,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
     def _decode(self, request: Request) -> None:
         self._event('started', request.id, f'decoding {len(request.prompt_ids)} prompt tokens',
                     request.goal_id, prompt_tokens=len(request.prompt_ids))
+        self.engine.decoder.reuse_prefix = self._settings['kv_keep_sequences'] > 0
         generation = self.engine.generate(
             request.prompt_ids, request.max_new_tokens, request.sampling,
             cancelled=lambda: request.cancelled, constraint=request.constraint)
@@ -626,6 +678,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
                 self._latency.add(piece.step_ms)
                 self._publish(self._latency_pub, Float64(data=piece.step_ms))
         self._last_ttft_ms = generation.ttft_ms
+        self._reuse.add(len(request.prompt_ids), generation.cached_tokens)
         # One story per request: from here a cancel is refused (its caller told there is nothing
         # to cancel), and one accepted before now ends the request cancelled, even one that came
         # after the engine's last look (its reply then whole, and its detail says both).
@@ -644,10 +697,13 @@ class DecoderNode(LifecycleNodeMixin, Node):
                       request.cancel_detail if reason == 'cancelled' else '', generation.detail])),
                   tokens=len(generation.token_ids), steps=len(steps),
                   ttft_ms=round(generation.ttft_ms, 3),
-                  tokens_per_s=round(generation.tokens_per_s, 2), **extra)
+                  tokens_per_s=round(generation.tokens_per_s, 2),
+                  prompt_tokens=len(request.prompt_ids), cached_tokens=generation.cached_tokens,
+                  **extra)
         self.get_logger().info(
             f'request {request.id} finished ({reason}): '
-            f'{len(generation.token_ids)} tokens, TTFT {generation.ttft_ms:.1f} ms, '
+            f'{len(generation.token_ids)} tokens, TTFT {generation.ttft_ms:.1f} ms '
+            f'({generation.cached_tokens} of {len(request.prompt_ids)} prompt tokens cached), '
             f'{generation.tokens_per_s:.1f} tokens/s')
 
     def _publish(self, publisher, msg) -> None:
@@ -673,6 +729,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
                 'backend': info.backend, 'device': info.device, 'dtype': info.dtype,
                 'model': info.model, 'max_context': info.max_context,
                 'queue_depth': queue.qsize(), 'ttft_ms': self._last_ttft_ms,
+                **self._reuse.values(),
                 # The engine's step, as on ~/step_latency, and the rate it alone would give.
                 'step_ms_p50': steps['p50'], 'step_ms_p90': steps['p90'],
                 'step_ms_p99': steps['p99'], 'engine_tokens_per_s': steps['tokens_per_s'],

@@ -9,12 +9,21 @@ physinf_ros_interfaces is not built it falls back to the ~/prompt topic (single 
 Prints the tokens as they arrive, then the decoder's diagnostics. Exits 0 when the request
 finished, 1 when it was rejected, failed or timed out, 2 when the prompt cannot be sent (a NUL:
 ROS 2 would cut the prompt there, unseen by the decoder).
+
+    ros2 run physinf_ros prompt_client --chat [--system "You are a kitchen robot."]
+
+holds a conversation: each line read from stdin is a user turn, sent with the whole history
+(the client keeps it) as the goal's messages, so the decoder reuses the KV cache of the turns
+before; after each reply it prints the tokens, the TTFT and how many prompt tokens were cached.
+A refused turn is left out of the history. Exits 0 at the end of input, 1 when no decoder
+answers.
 """
 
 import argparse
 import json
 import sys
 import time
+from typing import Optional
 
 from diagnostic_msgs.msg import DiagnosticArray
 import rclpy
@@ -22,6 +31,11 @@ from rclpy.action import ActionClient
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from std_msgs.msg import String
+
+try:
+    from physinf_ros_interfaces.msg import ChatMessage
+except ImportError:   # the interface package is not built: no action, no conversations
+    ChatMessage = None
 
 from .common import DIAGNOSTICS_QOS
 from .decoder_interface import EVENTS_QOS, Generate, TOKENS_QOS
@@ -74,15 +88,24 @@ class PromptClient(Node):
         if event['event'] in ('finished', 'rejected', 'error'):
             self.outcome = event
 
-    def send_goal(self, text: str, timeout_s: float) -> bool:
-        """Send text as a Generate goal; False when no action server answers in time."""
+    def send_goal(self, text: str, timeout_s: float, history: Optional[list] = None) -> bool:
+        """
+        Send text as a Generate goal; False when no action server answers in time.
+
+        history: the conversation before text, (role, content) pairs; when given (even
+        empty), the goal's messages are history and text as the next user message.
+        """
         _refuse_unsendable(text)
-        client = ActionClient(self, Generate, f'{self.decoder}/generate')
-        if not client.wait_for_server(timeout_sec=timeout_s):
+        if getattr(self, '_client', None) is None:
+            self._client = ActionClient(self, Generate, f'{self.decoder}/generate')
+        if not self._client.wait_for_server(timeout_sec=timeout_s):
             return False
-        self.sent = True
-        self._goal = client.send_goal_async(Generate.Goal(prompt=text),
-                                            feedback_callback=self._on_feedback)
+        self.sent, self.outcome, self.goal_handle = True, None, None
+        goal = Generate.Goal(prompt=text)
+        if history is not None:
+            goal = Generate.Goal(messages=[ChatMessage(role=role, content=content)
+                                           for role, content in list(history) + [('user', text)]])
+        self._goal = self._client.send_goal_async(goal, feedback_callback=self._on_feedback)
         self._goal.add_done_callback(self._on_goal_response)
         return True
 
@@ -101,7 +124,9 @@ class PromptClient(Node):
         self.outcome = {'event': 'finished' if finished else result.finish_reason,
                         'reason': result.finish_reason if finished else result.detail,
                         'tokens': result.tokens, 'ttft_ms': result.ttft_ms,
-                        'tokens_per_s': result.tokens_per_s}
+                        'tokens_per_s': result.tokens_per_s, 'text': result.text,
+                        'prompt_tokens': result.prompt_tokens,
+                        'cached_tokens': result.cached_tokens}
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         for status in msg.status:
@@ -124,11 +149,46 @@ def _spin_until(node: Node, done, timeout_s: float) -> bool:
     return True
 
 
+def chat(node: PromptClient, system: str, timeout_s: float, lines=sys.stdin) -> int:
+    """Hold a conversation: each line a user turn; return 0 at the end of input."""
+    history = [('system', system)] if system else []
+    for line in lines:
+        text = line.rstrip('\n')
+        if not text.strip():
+            continue
+        reason = unsendable(text)
+        if reason:
+            print(f'[not sent: {reason}]')
+            continue
+        # The first turn goes as messages too, so the node renders every turn alike.
+        if not node.send_goal(text, timeout_s, history):
+            node.get_logger().error(f'no Generate action at {node.decoder}/generate')
+            return 1
+        if not _spin_until(node, lambda: node.outcome is not None, timeout_s):
+            node.get_logger().error('no answer in time')
+            return 1
+        outcome = node.outcome
+        if outcome['event'] != 'finished':
+            print(f'\n[{outcome["event"]}: {outcome["reason"]}; this turn is left out]')
+            continue
+        history += [('user', text), ('assistant', outcome['text'])]
+        print(f'\n[{outcome["reason"]}: {outcome["tokens"]} tokens, TTFT '
+              f'{outcome["ttft_ms"]:.1f} ms, {outcome["cached_tokens"]} of '
+              f'{outcome["prompt_tokens"]} prompt tokens cached]', flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog='prompt_client', description=__doc__.split('\n')[0])
     parser.add_argument('--prompt', default='What is the capital of France?')
     parser.add_argument('--decoder', default='/decoder', help="decoder node's name")
-    parser.add_argument('--timeout', type=float, default=300.0, help='seconds to wait in all')
+    parser.add_argument('--timeout', type=float, default=300.0,
+                        help='seconds to wait in all (with --chat: for each turn)')
+    parser.add_argument('--chat', action='store_true',
+                        help='hold a conversation: each line of stdin is a user turn')
+    parser.add_argument('--system', default='',
+                        help="with --chat: the conversation's system message (default: none, "
+                        "the node's system_prompt)")
     argv = argv or sys.argv
     # Checked before rclpy reads the arguments: its C conversion would cut them at a NUL too.
     reason = next(filter(None, map(unsendable, argv)), None)
@@ -142,6 +202,13 @@ def main(argv=None) -> int:
         if not _spin_until(node, node.connected, args.timeout):
             node.get_logger().error(f'no decoder at {args.decoder} after {args.timeout:.0f} s: '
                                     'is decoder_node running in this ROS domain?')
+            return code
+        if args.chat:
+            if ChatMessage is None:
+                node.get_logger().error('physinf_ros_interfaces is not built: a conversation '
+                                        'needs the Generate action')
+                return code
+            code = chat(node, args.system, args.timeout)
             return code
         if Generate is None:
             node.get_logger().warning('physinf_ros_interfaces is not built: sending on the '

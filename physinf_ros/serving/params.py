@@ -63,6 +63,12 @@ DECODER_PARAMS = (
           'When a prompt leaves no room for a reply: false refuses it with its token count; '
           'true drops its beginning to leave room for max_new_tokens (at most half the '
           'context).'),
+    Param('kv_keep_sequences', 1,
+          'Sequences whose KV cache is kept for the next request: 1 keeps the last one decoded '
+          '(prompt and reply, in the cache it used: no memory beyond max_context), and a '
+          'prompt that shares a prefix with it (a follow-up turn, the same system prompt) '
+          'prefills only what follows; 0 prefills every prompt from position 0.',
+          low=0, high=1),
     Param('queue_size', 8, 'Prompts that may wait while one is decoded; more are rejected.',
           read_only=True, low=1, high=10000),
     Param('response_format', '',

@@ -17,14 +17,21 @@ max_prompt_bytes, invalid text, controls) but is refused, not cleaned, when it h
 characters: a parameter is what its setter sent, and a silent edit would hide their mistake.
 Empty is fine (the template's default system turn); only whitespace or format characters is not.
 
+A conversation (the Generate goal's messages) is admitted message by message as a prompt is,
+its size counted over all of its text; an assistant message may be empty (a reply that ended at
+once). Its roles are checked: system, user, assistant or tool, a system message only first, and
+the last one user or tool, since the reply that follows is the assistant's.
+
 Prompts are data only: nothing here, and nothing downstream, executes them or opens them as
 paths. They go to the tokenizer and nowhere else.
 """
 
 from dataclasses import dataclass
 import re
-from typing import Optional
+from typing import Optional, Sequence, Tuple
 import unicodedata
+
+ROLES = ('system', 'user', 'assistant', 'tool')
 
 # Text that cannot be a prompt: NUL, lone UTF-16 surrogates, and U+FFFD, which is what rclpy
 # makes of invalid UTF-8 on the wire.
@@ -60,6 +67,54 @@ def admit(text: str, max_prompt_bytes: int) -> Admission:
         what = f'only {removed} control characters' if removed else _blank_kind(clean)
         return Admission('', size, removed, f'empty prompt ({what}): send some text to answer')
     return Admission(clean, size, removed)
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """The outcome of checking a conversation: its (role, text) messages, or why it is refused."""
+
+    messages: Tuple[Tuple[str, str], ...]
+    prompt_bytes: int
+    removed_controls: int = 0
+    reason: Optional[str] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None
+
+
+def admit_messages(messages: Sequence[Tuple[str, str]], max_prompt_bytes: int) -> Conversation:
+    """Check a conversation of (role, content) messages before tokenising any of it."""
+    size = sum(len(content.encode('utf-8', 'surrogatepass')) for _, content in messages)
+
+    def refuse(reason: str) -> Conversation:
+        return Conversation((), size, reason=reason)
+    if not messages:
+        return refuse('empty conversation: send at least one user message')
+    if size > max_prompt_bytes:
+        return refuse(f'conversation is {size} bytes of text; max_prompt_bytes is '
+                      f'{max_prompt_bytes}: drop its oldest turns or raise max_prompt_bytes')
+    kept, removed = [], 0
+    for index, (role, content) in enumerate(messages):
+        where = f'message {index} ({role!r})'
+        if role not in ROLES:
+            return refuse(f'{where} has no known role: use one of {", ".join(ROLES)}')
+        if role == 'system' and index:
+            return refuse(f'{where}: a system message may only be the first')
+        bad = _INVALID.search(content)
+        if bad:
+            return refuse(f'{where} is not valid text: {_describe(bad.group())} at character '
+                          f'{bad.start()}; send UTF-8 text')
+        clean, count = _CONTROL.subn('', content)
+        removed += count
+        if _blank(clean) and not (role == 'assistant' and not content):
+            what = f'only {count} control characters' if count else _blank_kind(clean)
+            return refuse(f'{where} is empty ({what}): send some text')
+        kept.append((role, clean))
+    if kept[-1][0] not in ('user', 'tool'):
+        return refuse(f'the last message is {kept[-1][0]!r}: a conversation to answer ends '
+                      'with a user or tool message')
+    return Conversation(tuple(kept), size, removed)
 
 
 def check_system_prompt(text: str, max_prompt_bytes: int) -> Optional[str]:
@@ -124,6 +179,12 @@ def unsendable(text: str) -> Optional[str]:
         return None
     return (f'prompt holds a NUL character at character {at}: ROS 2 strings end at a NUL, so '
             f'the decoder would get only the {at} characters before it; remove it')
+
+
+def conversation_too_long(prompt_tokens: int, max_context: int) -> str:
+    """Reason for refusing a conversation that leaves no room for a reply."""
+    return (f'conversation is {prompt_tokens} tokens; max_context is {max_context}, which '
+            'leaves no room for a reply: drop its oldest turns (or raise max_context)')
 
 
 def too_long(prompt_tokens: int, max_context: int, system_tokens: int = 0) -> str:

@@ -18,6 +18,7 @@ class FirstTokenDecoder:
 
     info = DecoderInfo('fake', 'cpu', 'float32', 'fake', 64)
     position = 0
+    reuse_prefix, cached_tokens = True, 0
 
     def __init__(self, first):
         self.first = first

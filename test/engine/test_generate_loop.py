@@ -30,6 +30,7 @@ class ScriptedDecoder:
         self.launched = 0                 # steps launched so far
         self.waited: List[int] = []       # indices of the steps read, in order
         self.position = 0
+        self.reuse_prefix, self.cached_tokens = True, 0
 
     def prefill(self, token_ids, sampling, allowed=None) -> int:
         self.position = len(token_ids)

@@ -3,7 +3,7 @@
 from physinf_ros.engine import Sampling
 from physinf_ros.engine.base import DecoderInfo, DeferredStep
 from physinf_ros.engine.generate import FINISH_LENGTH, Generation
-from physinf_ros.engine.text import Detokenizer, encode_prompt, encode_text
+from physinf_ros.engine.text import Detokenizer, encode_messages, encode_prompt, encode_text
 import pytest
 
 
@@ -95,6 +95,7 @@ class ReplayDecoder:
 
     info = DecoderInfo('fake', 'cpu', 'float32', 'fake', 64)
     position = 0
+    reuse_prefix, cached_tokens = True, 0
 
     def __init__(self, tokens):
         self.tokens = iter(tokens)
@@ -107,3 +108,40 @@ class ReplayDecoder:
 
     def launch(self):
         return DeferredStep(self.step)
+
+
+CONVERSATION = [('system', 'Be terse.'), ('user', 'Where is the kitchen?'),
+                ('assistant', 'Down the hall.'), ('user', 'And the fridge?')]
+
+
+def test_a_conversation_tokenises_as_the_whole_rendered_template_does(embedded_engine):
+    tokenizer = embedded_engine.tokenizer
+    rendered = tokenizer.apply_chat_template(
+        [{'role': role, 'content': text} for role, text in CONVERSATION],
+        add_generation_prompt=True, tokenize=False)
+    expected = tokenizer.encode(rendered, add_special_tokens=False)
+    assert encode_messages(tokenizer, CONVERSATION) == expected
+    # Its own system message wins over the node's system_prompt.
+    assert encode_messages(tokenizer, CONVERSATION, system_prompt='Be verbose.') == expected
+    # One user message is what encode_prompt makes of it.
+    assert encode_messages(tokenizer, [('user', 'Hi')], system_prompt='Be terse.') == \
+        encode_prompt(tokenizer, 'Hi', system_prompt='Be terse.')
+
+
+def test_a_conversation_starts_with_the_last_turns_prompt_and_reply(embedded_engine):
+    # What makes the KV cache of a turn reusable by the next: the next prompt extends it.
+    tokenizer = embedded_engine.tokenizer
+    first = encode_messages(tokenizer, CONVERSATION[:2])
+    reply = encode_text(tokenizer, CONVERSATION[2][1])
+    assert encode_messages(tokenizer, CONVERSATION)[:len(first) + len(reply)] == first + reply
+
+
+def test_special_tokens_in_any_message_stay_plain_text(embedded_engine):
+    tokenizer = embedded_engine.tokenizer
+    turns = [('user', INJECTION), ('assistant', INJECTION), ('tool', INJECTION),
+             ('user', INJECTION)]
+    ids = encode_messages(tokenizer, turns)
+    # The template's own markers only: default system, four messages, the assistant's opening.
+    assert ids.count(IM_START) == 6 and ids.count(IM_END) == 5
+    plain = encode_messages(tokenizer, turns, use_chat_template=False)
+    assert IM_START not in plain and IM_END not in plain

@@ -3,7 +3,8 @@
 import sys
 
 from physinf_ros.engine import EngineError
-from physinf_ros.serving.prompts import admit, check_system_prompt, too_long, truncation_limit
+from physinf_ros.serving.prompts import (admit, admit_messages, check_system_prompt,
+                                         conversation_too_long, too_long, truncation_limit)
 import pytest
 
 LIMIT = 65536
@@ -151,3 +152,33 @@ def test_prompts_are_data_never_paths_or_code(embedded_engine, text):
     assert admission.ok and admission.text == text
     assert text in embedded_engine.tokenizer.decode(ids), 'the prompt must reach the model as text'
     assert seen == []
+
+
+def test_a_good_conversation_passes_with_its_controls_removed():
+    conversation = admit_messages([('system', 'Be brief.'), ('user', 'Hi\x07'),
+                                   ('assistant', ''), ('tool', '{"ok": true}')], 100)
+    assert conversation.ok and conversation.removed_controls == 1
+    assert conversation.messages == (('system', 'Be brief.'), ('user', 'Hi'), ('assistant', ''),
+                                     ('tool', '{"ok": true}'))
+
+
+@pytest.mark.parametrize('messages, words', [
+    ([], 'empty conversation'),
+    ([('robot', 'beep')], "message 0 ('robot') has no known role"),
+    ([('user', 'hi'), ('system', 'x'), ('user', 'hi')], 'may only be the first'),
+    ([('user', 'hi'), ('assistant', 'hello')], "the last message is 'assistant'"),
+    ([('system', 'x')], "the last message is 'system'"),
+    ([('user', 'hi'), ('user', '\u200b\ufeff ')], "message 1 ('user') is empty"),
+    ([('user', '\x07\x1b')], 'only 2 control characters'),
+    ([('user', 'a\ufffdb')], 'U+FFFD'),
+    ([('user', 'a\x00b')], 'a NUL character'),
+    ([('user', 'x' * 60), ('assistant', 'y' * 50), ('user', 'z')], '111 bytes of text'),
+])
+def test_a_bad_conversation_is_refused_with_a_reason(messages, words):
+    conversation = admit_messages(messages, 100)
+    assert not conversation.ok and words in conversation.reason, conversation.reason
+
+
+def test_conversation_too_long_says_to_drop_old_turns():
+    reason = conversation_too_long(3000, 2048)
+    assert '3000 tokens' in reason and 'drop its oldest turns' in reason

@@ -1,11 +1,11 @@
 """Prefill/step bookkeeping for backends built on a plain forward(ids, start) -> logits."""
 
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 
 from ..base import (AllowedTokens, check_prompt, check_room, DecoderInfo, DeferredStep,
-                    EngineError, PendingStep, Sampling)
+                    EngineError, PendingStep, reusable_prefix, Sampling)
 from ..sampling import choose, make_generator, mask_logits
 
 
@@ -13,7 +13,10 @@ class ForwardDecoder:
     """
     Implements the Decoder protocol on top of two backend hooks.
 
-    Subclasses provide ``_reset_cache()`` and ``_forward(ids [1, n], start) -> logits [vocab]``.
+    Subclasses provide ``_reset_cache()`` and ``_forward(ids [1, n], start) -> logits [vocab]``,
+    and ``_crop_cache(n) -> bool`` where their cache can drop all but its first n tokens (a
+    prefill then keeps the prefix it shares with the held sequence). Every step reads its token
+    back before the next is fed, so the held sequence is exactly what was fed.
     """
 
     def __init__(self, info: DecoderInfo, device: torch.device):
@@ -26,6 +29,9 @@ class ForwardDecoder:
         self._sampling = Sampling()
         self._generator: Optional[torch.Generator] = None
         self._allowed: Optional[AllowedTokens] = None
+        self.reuse_prefix = True
+        self.cached_tokens = 0
+        self._held: List[int] = []   # the tokens whose keys and values the cache holds
 
     @property
     def position(self) -> int:
@@ -36,6 +42,10 @@ class ForwardDecoder:
 
     def _forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
         raise NotImplementedError
+
+    def _crop_cache(self, length: int) -> bool:
+        """Keep only the cache's first length tokens; False where this cache cannot."""
+        return False
 
     def _choose(self, logits: torch.Tensor) -> int:
         self._logits = logits
@@ -48,13 +58,22 @@ class ForwardDecoder:
     def prefill(self, token_ids: Sequence[int], sampling: Sampling,
                 allowed: Optional[AllowedTokens] = None) -> int:
         check_prompt(token_ids, self.info.max_context)
-        self._reset_cache()
+        keep = reusable_prefix(self._held, token_ids) if self.reuse_prefix else 0
+        if not (keep and self._crop_cache(keep)):
+            keep = 0
+            self._reset_cache()
+        # Until the prompt is in, the cache holds only the kept prefix (a failed forward may
+        # have written part of the rest).
+        self._held = list(token_ids[:keep])
+        self._last_token = None
         self._sampling = sampling
         self._allowed = allowed
         self._generator = make_generator(sampling, self.device)
-        ids = torch.tensor([list(token_ids)], dtype=torch.long, device=self.ids_device)
-        logits = self._forward(ids, 0)
+        ids = torch.tensor([list(token_ids[keep:])], dtype=torch.long, device=self.ids_device)
+        logits = self._forward(ids, keep)
         self._position = len(token_ids)
+        self._held = list(token_ids)
+        self.cached_tokens = keep
         return self._choose(logits)
 
     @torch.inference_mode()
@@ -66,6 +85,7 @@ class ForwardDecoder:
         ids = torch.tensor([[fed]], dtype=torch.long, device=self.ids_device)
         logits = self._forward(ids, self._position)
         self._position += 1
+        self._held.append(fed)
         return self._choose(logits)
 
     def launch(self) -> PendingStep:

@@ -71,6 +71,19 @@ class HFDecoder(ForwardDecoder):
         from transformers import DynamicCache
         self._cache = DynamicCache(config=self.model.config)
 
+    def _crop_cache(self, length: int) -> bool:
+        cache = self._cache
+        if cache is None:
+            return False
+        held = cache.get_seq_length()
+        if held < length:
+            return False
+        if held > length:
+            # A negative count removes that many tokens from the end, in every transformers 5
+            # release (5.2x refuses a positive one); crop(0) is skipped, as older ones emptied.
+            cache.crop(length - held)
+        return True
+
     def _run(self, ids: torch.Tensor, positions: torch.Tensor = None,
              forward=None) -> torch.Tensor:
         with self.attention.context():
@@ -101,6 +114,10 @@ class HFGraphedDecoder(HFDecoder):
 
     def _reset_cache(self) -> None:
         self._cache.reset()  # in place: the captured graph keeps pointing at the same tensors
+
+    def _crop_cache(self, length: int) -> bool:
+        # StaticCache writes at its own device counters (see _capture): no prefix is kept.
+        return False
 
     def _forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
         n = ids.shape[1]

@@ -19,6 +19,13 @@ choice reads the grammar's bitmask from a device buffer; the host copies the nex
 before each replay, so such a reply launches one step ahead, not two (the mask for step n+1
 needs token n).
 
+KV reuse: the cache keeps the sequence last decoded, and a prefill runs only the tokens after
+the prefix it shares with the next prompt, from that position on in the same static cache (the
+graphs read the position from the device, so they are unchanged). The held sequence grows by a
+step's fed token only when the host reads that step: a step launched ahead and discarded (eos,
+cancel) may have written the key and value of one more position, which the next prefill then
+overwrites.
+
 Context policy: graphs per sampling mode (greedy, sampled; free or constrained), captured for
 max_context. The
 attention kernel reads the filled length from the device position, so the graph reads only
@@ -32,7 +39,8 @@ import numpy
 import torch
 
 from ..base import (AllowedTokens, check_prompt, check_room, ContextFull, DecoderInfo,
-                    DeferredStep, EngineError, LAUNCHED_AHEAD, PendingStep, Sampling, StepResult)
+                    DeferredStep, EngineError, LAUNCHED_AHEAD, PendingStep, reusable_prefix,
+                    Sampling, StepResult)
 from ..kernels import ops_torch
 from ..kernels.config import KernelConfig
 from ..model import families
@@ -50,8 +58,9 @@ _READS_PER_QUERY = 1024
 class _DeviceStep:
     """A step queued on the device: its token and time land in a pinned row, then its event."""
 
-    def __init__(self, row: numpy.ndarray, done: torch.cuda.Event):
-        self._row, self._done = row, done
+    def __init__(self, row: numpy.ndarray, done: torch.cuda.Event,
+                 on_read: Callable[[int], None]):
+        self._row, self._done, self._on_read = row, done, on_read
         self._result: Optional[StepResult] = None
 
     def wait(self) -> StepResult:
@@ -68,6 +77,7 @@ class _DeviceStep:
                     raise EngineError('a decode step ended without writing its reply row')
             self._result = StepResult(int(row[0]), int(row[1]) / 1e6)
             row[:] = _UNWRITTEN   # ready for the step LAUNCHED_AHEAD positions on
+            self._on_read(self._result.token)
         return self._result
 
     @property
@@ -117,6 +127,14 @@ class NativeDecoder:
         self._allowed: Optional[AllowedTokens] = None
         self._position = 0
         self._started = False
+        self.reuse_prefix = True
+        self.cached_tokens = 0
+        # The tokens whose keys and values the cache holds, as far as the host has read them,
+        # the token the next step feeds (None once that is unknown), and a count of prefills
+        # that tells a step of an earlier reply from one of this reply.
+        self._held: List[int] = []
+        self._feeds: Optional[int] = None
+        self._reply = 0
         self._sampling = Sampling()
         self._generator: Optional[torch.Generator] = None
         self._graphs: Dict[tuple, torch.cuda.CUDAGraph] = {}
@@ -209,8 +227,14 @@ class NativeDecoder:
             self.top_p.fill_(sampling.top_p)
         if self.graphed and (allowed is not None or not sampling.greedy):
             self._graph(sampling.greedy, allowed is not None)
-        ids = torch.tensor(list(token_ids), dtype=torch.long, device=self.device)
-        logits = self.family.prefill(self.weights, self.cache, ids, self.cos, self.sin)
+        reuse = self.reuse_prefix and self.family.REUSES_PREFIX
+        keep = reusable_prefix(self._held, token_ids) if reuse else 0
+        # Until the prompt is in, the cache holds only the kept prefix.
+        self._held, self._feeds, self._reply = list(token_ids[:keep]), None, self._reply + 1
+        self._started = False
+        ids = torch.tensor(list(token_ids[keep:]), dtype=torch.long, device=self.device)
+        logits = self.family.prefill(self.weights, self.cache, ids, self.cos, self.sin,
+                                     start=keep)
         self.logits.copy_(logits)
         if allowed is not None:
             logits = mask_logits(logits, self._load_allowed())
@@ -219,12 +243,15 @@ class NativeDecoder:
         self.pos.fill_(len(token_ids))
         self._position = len(token_ids)
         self._started = True
+        self._held, self._feeds = list(token_ids), int(first)
+        self.cached_tokens = keep
         return int(first)
 
     def step(self, token: Optional[int] = None) -> int:
         self._need_prefill()
         if token is not None:
             self.token.fill_(token)   # teacher forcing: one small copy before the step
+            self._feeds = token
         return self.launch().wait().token
 
     def launch(self) -> PendingStep:
@@ -240,10 +267,25 @@ class NativeDecoder:
             # finish (its event, not yet recorded again) before the row is cleared for this one.
             done.synchronize()
             row[:] = _UNWRITTEN
+        on_read = self._on_read(self._position)
         self._enqueue_step()
         done.record()
-        step = self._in_row[index] = _DeviceStep(row, done)
+        step = self._in_row[index] = _DeviceStep(row, done, on_read)
         return step
+
+    def _on_read(self, position: int) -> Callable[[int], None]:
+        # What a step at position does once the host reads its token: the cache is now known
+        # to hold the token it fed there, and that token feeds the next step.
+        reply = self._reply
+
+        def read(token: int) -> None:
+            if reply == self._reply and self._feeds is not None \
+                    and position == len(self._held):
+                self._held.append(self._feeds)
+                self._feeds = token
+            elif reply == self._reply:
+                self._feeds = None   # read out of order: stop extending the held sequence
+        return read
 
     def _need_prefill(self) -> None:
         if not self._started:
@@ -251,8 +293,11 @@ class NativeDecoder:
 
     def _run_step(self) -> int:
         check_room(self._position, self.info.max_context)
+        on_read = self._on_read(self._position)
         self._enqueue_step()
-        return int(self.token)
+        token = int(self.token)
+        on_read(token)
+        return token
 
     def _load_allowed(self) -> torch.Tensor:
         # The caller refilled the bits since the last step; that step's copy out of the pinned
@@ -286,6 +331,9 @@ class NativeDecoder:
             raise ContextFull(f'{len(token_ids)} tokens do not fit a context of '
                               f'{self.info.max_context}')
         self._started = False   # the cache now holds this sequence, not the reply
+        self._held, self._feeds, self._reply = [], None, self._reply + 1
         self._position = len(token_ids)
         ids = torch.tensor(list(token_ids), dtype=torch.long, device=self.device)
-        return self.family.prompt_logits(self.weights, self.cache, ids, self.cos, self.sin)
+        logits = self.family.prompt_logits(self.weights, self.cache, ids, self.cos, self.sin)
+        self._held = list(token_ids)
+        return logits

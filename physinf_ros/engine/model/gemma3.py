@@ -112,36 +112,41 @@ def embed_scale(config: ModelConfig, dtype: torch.dtype) -> float:
     return float(torch.tensor(config.hidden_size ** 0.5).to(dtype))
 
 
+REUSES_PREFIX = True   # a prefill may start after a prefix the cache holds (llama's)
+
+
 @torch.inference_mode()
 def prefill(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
-            sin: torch.Tensor) -> torch.Tensor:
-    """Run a prompt ids [n] from position 0, fill the cache, return float32 logits [vocab]."""
-    return prompt_logits(w, cache, ids, cos, sin, last_only=True)[0]
+            sin: torch.Tensor, start: int = 0) -> torch.Tensor:
+    """Run a prompt ids [n] from position start, fill the cache, return float32 logits."""
+    return prompt_logits(w, cache, ids, cos, sin, last_only=True, start=start)[0]
 
 
 @torch.inference_mode()
 def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
-                  sin: torch.Tensor, last_only: bool = False) -> torch.Tensor:
-    """Float32 logits [n, vocab] of every position of ids [n] (llama.prompt_logits)."""
+                  sin: torch.Tensor, last_only: bool = False, start: int = 0) -> torch.Tensor:
+    """Float32 logits [n, vocab] of each position of ids [n] from start (llama's)."""
     c = w.config
     n = ids.shape[0]
+    end = start + n
     dtype = w.embed.dtype
 
     def norm(x, weight):
         return rms_norm(x, weight, c.rms_norm_eps).to(dtype)
 
     x = (w.embed[ids] * embed_scale(c, dtype)).float()            # [n, H] residual
-    row = torch.arange(n, device=ids.device)
-    sliding = (row[None, :] <= row[:, None]) & (row[None, :] > row[:, None] - c.sliding_window)
+    row = torch.arange(start, end, device=ids.device)[:, None]     # the queries' positions
+    key = torch.arange(end, device=ids.device)[None, :]
+    sliding = (key <= row) & (key > row - c.sliding_window)
     for i, (layer, (kind, window)) in enumerate(zip(w.layers, layer_kinds(c))):
-        cos_n, sin_n = cos[kind, :n][:, None], sin[kind, :n][:, None]
+        cos_n, sin_n = cos[kind, start:end][:, None], sin[kind, start:end][:, None]
         qkv = F.linear(norm(x, layer.attn_norm), dense(layer.wqkv), layer.bqkv)
         q, k, v = qkv.split([c.q_size, c.kv_size, c.kv_size], dim=-1)
         q = norm(q.view(n, c.num_heads, c.head_dim), layer.q_norm)
         k = norm(k.view(n, c.num_kv_heads, c.head_dim), layer.k_norm)
         attn = attend_prompt(c, cache, i, _rotate(q, cos_n, sin_n), _rotate(k, cos_n, sin_n),
                              v.view(n, c.num_kv_heads, c.head_dim),
-                             sliding if window else None)
+                             sliding if window else None, start)
         x = x + norm(F.linear(attn, dense(layer.wo)), layer.post_attn_norm).float()
         h = gelu_gate_up(F.linear(norm(x, layer.mlp_norm), dense(layer.w_gate_up)),
                          layer.w_gate_up)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
 import torch
+from torch.nn.attention.bias import causal_lower_right
 import torch.nn.functional as F
 
 from .config import is_norm, ModelConfig, tensor_inventory
@@ -315,60 +316,80 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
 
 
+# Prefix reuse (a prefill from start > 0 over a cache that holds the sequence's first start
+# tokens) is exact for this family and those built on its prompt path.
+REUSES_PREFIX = True
+
+
 @torch.inference_mode()
 def prefill(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
-            sin: torch.Tensor) -> torch.Tensor:
-    """Run a prompt ids [n] from position 0, fill the cache, return float32 logits [vocab]."""
-    return prompt_logits(w, cache, ids, cos, sin, last_only=True)[0]
+            sin: torch.Tensor, start: int = 0) -> torch.Tensor:
+    """
+    Run prompt ids [n] from position start, fill the cache, return float32 logits [vocab].
+
+    start > 0 continues a sequence whose first start tokens' keys and values the cache holds.
+    """
+    return prompt_logits(w, cache, ids, cos, sin, last_only=True, start=start)[0]
 
 
 @torch.inference_mode()
 def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
-                  sin: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+                  sin: torch.Tensor, last_only: bool = False, start: int = 0) -> torch.Tensor:
     """
-    Run ids [n] from position 0 and fill the cache; float32 logits [n, vocab] of every position.
+    Run ids [n] from position start and fill the cache; float32 logits [n, vocab] of each.
 
     Each row is the prediction for the next token (teacher forcing); last_only keeps one row.
+    The cache's first start positions must hold this sequence's earlier tokens (a reused
+    prefix): the new tokens attend to them and to each other.
     """
-    return prompt_logits_by_layer(w, cache, ids, [(cos, sin)] * len(w.layers), last_only)
+    return prompt_logits_by_layer(w, cache, ids, [(cos, sin)] * len(w.layers), last_only,
+                                  start)
 
 
 def attend_prompt(c: ModelConfig, cache: KVCache, i: int, q: torch.Tensor, k: torch.Tensor,
-                  v: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+                  v: torch.Tensor, mask: Optional[torch.Tensor] = None,
+                  start: int = 0) -> torch.Tensor:
     """
-    Store layer i's k, v [n, KVH, D] in the cache and attend q [n, Hq, D] causally over them.
+    Store layer i's k, v [n, KVH, D] at positions start.. and attend q [n, Hq, D] causally.
 
-    mask [n, n] (True: attend) replaces the causal one, e.g. a sliding window's. Returns the
-    attention output [n, Hq * D].
+    The queries see the cache's first start positions too (a reused prefix). mask [n, start + n]
+    (True: attend) replaces the causal one, e.g. a sliding window's. Returns the attention
+    output [n, Hq * D].
     """
     n = q.shape[0]
-    cache.k[i, :, :n] = k.transpose(0, 1)
-    cache.v[i, :, :n] = v.transpose(0, 1)
+    end = start + n
+    cache.k[i, :, start:end] = k.transpose(0, 1)
+    cache.v[i, :, start:end] = v.transpose(0, 1)
+    if mask is None and start > 0:
+        # The causal mask aligned to the keys' end, which SDPA runs without materialising it.
+        mask = causal_lower_right(n, end)
     # Prefill runs once per prompt: expanding the kv heads keeps SDPA on its flash path at
     # long prompts (decode never copies them: its kernel indexes the groups).
     group = c.num_heads // c.num_kv_heads
     attn = F.scaled_dot_product_attention(
-        q.transpose(0, 1)[None], cache.k[i, :, :n].repeat_interleave(group, 0)[None],
-        cache.v[i, :, :n].repeat_interleave(group, 0)[None], attn_mask=mask,
+        q.transpose(0, 1)[None], cache.k[i, :, :end].repeat_interleave(group, 0)[None],
+        cache.v[i, :, :end].repeat_interleave(group, 0)[None], attn_mask=mask,
         is_causal=mask is None, scale=c.attention_scale)[0]
     return attn.transpose(0, 1).reshape(n, c.q_size)
 
 
 def prompt_logits_by_layer(w: Weights, cache: KVCache, ids: torch.Tensor, tables: list,
-                           last_only: bool = False) -> torch.Tensor:
+                           last_only: bool = False, start: int = 0) -> torch.Tensor:
     """prompt_logits with layer i's rotary tables cos, sin [T, head_dim / 2] in tables[i]."""
     c = w.config
     n = ids.shape[0]
+    end = start + n
     x = w.embed[ids].float()                                       # [n, H] residual
     for i, layer in enumerate(w.layers):
         cos, sin = tables[i]
-        cos_n, sin_n = cos[:n][:, None], sin[:n][:, None]          # broadcast over heads
+        cos_n, sin_n = cos[start:end][:, None], sin[start:end][:, None]   # over heads
         qkv = F.linear(rms_norm(x, layer.attn_norm, c.rms_norm_eps), dense(layer.wqkv),
                        layer.bqkv)
         q, k, v = qkv.split([c.q_size, c.kv_size, c.kv_size], dim=-1)
         q = _rotate(q.view(n, c.num_heads, c.head_dim), cos_n, sin_n)
         k = _rotate(k.view(n, c.num_kv_heads, c.head_dim), cos_n, sin_n)
-        attn = attend_prompt(c, cache, i, q, k, v.view(n, c.num_kv_heads, c.head_dim))
+        attn = attend_prompt(c, cache, i, q, k, v.view(n, c.num_kv_heads, c.head_dim),
+                             start=start)
         x = x + F.linear(attn, dense(layer.wo)).float()
         h = silu_gate_up(F.linear(rms_norm(x, layer.mlp_norm, c.rms_norm_eps),
                                   dense(layer.w_gate_up)), layer.w_gate_up)

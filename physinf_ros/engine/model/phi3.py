@@ -118,10 +118,17 @@ def _long(config: ModelConfig, n: int) -> int:
     return int(n > scaling.get('original_max_position_embeddings', n))
 
 
+# No prefix reuse: which rotary table (short or long factors) a prompt's keys get depends on
+# the prompt's whole length, so a kept prefix's keys may not be what a cold prefill computes.
+REUSES_PREFIX = False
+
+
 @torch.inference_mode()
 def prefill(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
-            sin: torch.Tensor) -> torch.Tensor:
-    """Run a prompt ids [n] from position 0, fill the cache, return float32 logits [vocab]."""
+            sin: torch.Tensor, start: int = 0) -> torch.Tensor:
+    """Run a prompt ids [n] from position 0 (start must be 0), return float32 logits."""
+    if start:
+        raise ValueError('phi3 prefills from position 0 only (REUSES_PREFIX is False)')
     return prompt_logits(w, cache, ids, cos, sin, last_only=True)[0]
 
 

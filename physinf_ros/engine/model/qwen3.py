@@ -52,21 +52,24 @@ def from_state_dict(config: ModelConfig, state: Dict[str, torch.Tensor],
     return finish(config, read, layers)
 
 
+REUSES_PREFIX = True   # a prefill may start after a prefix the cache holds (llama's)
+
+
 @torch.inference_mode()
 def prefill(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
-            sin: torch.Tensor) -> torch.Tensor:
-    """Run a prompt ids [n] from position 0, fill the cache, return float32 logits [vocab]."""
-    return prompt_logits(w, cache, ids, cos, sin, last_only=True)[0]
+            sin: torch.Tensor, start: int = 0) -> torch.Tensor:
+    """Run a prompt ids [n] from position start, fill the cache, return float32 logits."""
+    return prompt_logits(w, cache, ids, cos, sin, last_only=True, start=start)[0]
 
 
 @torch.inference_mode()
 def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
-                  sin: torch.Tensor, last_only: bool = False) -> torch.Tensor:
-    """Float32 logits [n, vocab] of every position of ids [n] (llama.prompt_logits)."""
+                  sin: torch.Tensor, last_only: bool = False, start: int = 0) -> torch.Tensor:
+    """Float32 logits [n, vocab] of each position of ids [n] from start (llama's)."""
     c = w.config
     n = ids.shape[0]
     x = w.embed[ids].float()                                       # [n, H] residual
-    cos_n, sin_n = cos[:n][:, None], sin[:n][:, None]              # broadcast over heads
+    cos_n, sin_n = cos[start:start + n][:, None], sin[start:start + n][:, None]
     for i, layer in enumerate(w.layers):
         qkv = F.linear(rms_norm(x, layer.attn_norm, c.rms_norm_eps), dense(layer.wqkv),
                        layer.bqkv)
@@ -74,7 +77,7 @@ def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tens
         q = rms_norm(q.view(n, c.num_heads, c.head_dim), layer.q_norm, c.rms_norm_eps)
         k = rms_norm(k.view(n, c.num_kv_heads, c.head_dim), layer.k_norm, c.rms_norm_eps)
         attn = attend_prompt(c, cache, i, _rotate(q, cos_n, sin_n), _rotate(k, cos_n, sin_n),
-                             v.view(n, c.num_kv_heads, c.head_dim))
+                             v.view(n, c.num_kv_heads, c.head_dim), start=start)
         x = x + F.linear(attn, dense(layer.wo)).float()
         h = silu_gate_up(F.linear(rms_norm(x, layer.mlp_norm, c.rms_norm_eps),
                                   dense(layer.w_gate_up)), layer.w_gate_up)

@@ -29,18 +29,22 @@ def _by_layer(config: ModelConfig, cos: torch.Tensor, sin: torch.Tensor) -> list
     return [(cos[kind], sin[kind]) for kind in kinds]
 
 
+REUSES_PREFIX = True   # a prefill may start after a prefix the cache holds (llama's)
+
+
 @torch.inference_mode()
 def prefill(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
-            sin: torch.Tensor) -> torch.Tensor:
-    """Run a prompt ids [n] from position 0, fill the cache, return float32 logits [vocab]."""
-    return prompt_logits(w, cache, ids, cos, sin, last_only=True)[0]
+            sin: torch.Tensor, start: int = 0) -> torch.Tensor:
+    """Run a prompt ids [n] from position start, fill the cache, return float32 logits."""
+    return prompt_logits(w, cache, ids, cos, sin, last_only=True, start=start)[0]
 
 
 @torch.inference_mode()
 def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
-                  sin: torch.Tensor, last_only: bool = False) -> torch.Tensor:
-    """Float32 logits [n, vocab] of every position of ids [n] (llama.prompt_logits)."""
-    return prompt_logits_by_layer(w, cache, ids, _by_layer(w.config, cos, sin), last_only)
+                  sin: torch.Tensor, last_only: bool = False, start: int = 0) -> torch.Tensor:
+    """Float32 logits [n, vocab] of each position of ids [n] from start (llama's)."""
+    return prompt_logits_by_layer(w, cache, ids, _by_layer(w.config, cos, sin), last_only,
+                                  start)
 
 
 def decode_layers(w: Weights, cache: KVCache, token: torch.Tensor, pos: torch.Tensor,
