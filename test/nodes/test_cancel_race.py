@@ -10,7 +10,7 @@ import logging
 import threading
 
 from physinf_ros.engine import Sampling
-from physinf_ros.measurement.stats import LatencyWindow, TokenIntervals
+from physinf_ros.measurement.stats import LatencyWindow, PrefixReuse, TokenIntervals
 from physinf_ros.nodes.decoder_node import CANCELLED_BY_CLIENT, DecoderNode
 from physinf_ros.serving.request_queue import Ledger, Request
 import pytest
@@ -29,7 +29,7 @@ class Generation:
         self.request, self.at, self.cancelled = request, at, cancelled
         self.text, self.token_ids, self.step_ms = '', [], []
         self.finish_reason, self.detail = None, ''
-        self.ttft_ms, self.tokens_per_s = 1.0, 100.0
+        self.ttft_ms, self.tokens_per_s, self.cached_tokens = 1.0, 100.0, 0
 
     def __iter__(self):
         for text in ('Hello', '!'):
@@ -65,9 +65,12 @@ def worker_of(generation_at):
     """Make a DecoderNode's worker half, with no ROS: what _decode and _end need."""
     node = DecoderNode.__new__(DecoderNode)
 
-    def generate(ids, max_new_tokens, sampling, cancelled):
+    def generate(ids, max_new_tokens, sampling, cancelled, constraint=None):
         return Generation(node.request, generation_at, cancelled)
-    node.engine = type('Engine', (), {'generate': staticmethod(generate)})()
+    node.engine = type('Engine', (), {'generate': staticmethod(generate),
+                                      'decoder': type('Decoder', (), {})()})()
+    node._settings = {'kv_keep_sequences': 1}
+    node._reuse = PrefixReuse()
     node._intervals, node._latency, node._ledger = TokenIntervals(), LatencyWindow(), Ledger()
     node._latency_pub, node._publish = None, lambda publisher, msg: None
     node.events = []

@@ -2,7 +2,6 @@
 
 from physinf_ros.engine import load, Sampling
 from physinf_ros.engine.base import reusable_prefix
-from physinf_ros.engine.decoders import native
 from physinf_ros.engine.generate import FINISH_CANCELLED, FINISH_EOS
 import pytest
 
@@ -109,16 +108,16 @@ def test_a_failed_prefill_leaves_only_the_kept_prefix_reusable(monkeypatch):
     other = engine.encode('What is two plus two?', system_prompt=SYSTEM)
     shared = reusable_prefix(prompt, other)
     reply(engine, prompt, max_new_tokens=8)
-    original = native.prefill
+    original = decoder.family.prefill
 
     def corrupting(weights, cache, ids, cos, sin, start=0):
         # Writes garbage where the new tokens go, as a forward that failed half-way might.
         cache.k[:, :, start:start + len(ids)] = 1e3
         raise RuntimeError('the forward failed')
-    monkeypatch.setattr(native, 'prefill', corrupting)
+    monkeypatch.setattr(decoder.family, 'prefill', corrupting)
     with pytest.raises(RuntimeError):
         decoder.prefill(other, Sampling())
-    monkeypatch.setattr(native, 'prefill', original)
+    monkeypatch.setattr(decoder.family, 'prefill', original)
     # The garbage is past the kept prefix: the retry keeps the prefix and recomputes the rest.
     retry = reply(engine, prompt)
     assert retry.cached_tokens == shared
