@@ -131,14 +131,6 @@ class Constraint:
         return torch.from_numpy(np.unpackbits(bits.view(np.uint8), count=self.vocabulary.n_vocab,
                                               bitorder='little').view(np.bool_))
 
-    def apply(self, logits: torch.Tensor) -> torch.Tensor:
-        """Logits [vocab] with every token the grammar forbids at -inf."""
-        allowed = self.mask().to(logits.device)
-        width = min(logits.shape[-1], allowed.shape[0])
-        out = torch.full_like(logits, float('-inf'))
-        out[..., :width] = logits[..., :width].masked_fill(~allowed[:width], float('-inf'))
-        return out
-
     def advance(self, token: int) -> bool:
         """Feed the chosen token; False (and dead_end set) when the grammar refuses it."""
         if token in self.vocabulary.stop_ids:

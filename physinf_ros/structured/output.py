@@ -25,10 +25,14 @@ def check_output(output: OutputFormat) -> tuple:
     return functions, choice
 
 
-def grammar_text(output: OutputFormat, chat_template: Optional[str] = None) -> str:
-    """Return llguidance's grammar for an output format; ConstraintError if it has none."""
+def grammar_text(output: OutputFormat, functions: tuple, choice: str,
+                 chat_template: Optional[str] = None) -> str:
+    """
+    Return llguidance's grammar for a constrained output format; ConstraintError if it has none.
+
+    functions and choice: what check_output made of its tools.
+    """
     import llguidance
-    functions, choice = check_output(output)
     if choice not in ('auto', 'none'):
         return tools.call_grammar(functions, choice, tools.call_format(chat_template))
     if output.grammar.strip():
@@ -46,7 +50,7 @@ def grammar_text(output: OutputFormat, chat_template: Optional[str] = None) -> s
 def compile_constraint(vocabulary: Vocabulary, output: OutputFormat,
                        chat_template: Optional[str] = None) -> Optional[Constraint]:
     """Return a fresh Constraint for one reply (None: free text); ConstraintError if bad."""
-    check_output(output)
+    functions, choice = check_output(output)
     if not output.constrained:
         return None
-    return Constraint(vocabulary, grammar_text(output, chat_template))
+    return Constraint(vocabulary, grammar_text(output, functions, choice, chat_template))

@@ -97,12 +97,14 @@ def test_a_keyword_the_grammar_cannot_enforce_is_a_warning(vocabulary):
     assert any('uniqueItems' in w for w in constraint.warnings)
 
 
-def test_logits_outside_the_grammar_become_minus_infinity(vocabulary, tokenizer):
+def test_logits_outside_the_grammar_become_minus_infinity(tokenizer):
+    # The decoders' own masking (engine.sampling.mask_logits) of the constraint's bits, with a
+    # head wider than the tokenizer, as a model's padded one is: the padding is never allowed.
     import torch
-    constraint = compile_constraint(vocabulary, OutputFormat(grammar='start: "yes" | "no"'))
-    # Wider than the tokenizer, as a model's padded head is: the padding is never allowed.
-    logits = torch.zeros(vocabulary.n_vocab + 64)
-    masked = constraint.apply(logits)
+    from physinf_ros.engine.sampling import mask_logits
+    padded = Vocabulary(tokenizer, [tokenizer.eos_token_id], len(tokenizer) + 64)
+    constraint = compile_constraint(padded, OutputFormat(grammar='start: "yes" | "no"'))
+    masked = mask_logits(torch.zeros(padded.n_vocab), torch.from_numpy(constraint.fill_bitmask()))
     finite = torch.isfinite(masked).nonzero().flatten().tolist()
-    assert finite and all(t < vocabulary.n_vocab for t in finite)
+    assert finite and all(t < len(tokenizer) for t in finite)
     assert all(tokenizer.decode([t]) in ('yes', 'no', 'y', 'n', 'ye') for t in finite)
