@@ -61,6 +61,14 @@
 #   quant      the same for hf and hf-graphed with each quantisation stack, one file each
 #   gptq       physinf-bench on its 4-bit copy: our graphed GPTQ and exllamav2 (GPTQ_MODES;
 #              exllamav2 needs exl2build to have finished), ctx 2048 and 16384, 3 sessions
+#   families   physinf-bench on each published shape of the families added in v84 (FAMILY_SHAPES,
+#              default every qwen3, smollm3, phi-4-mini and gemma-3 entry of config/models.yaml),
+#              graphed at ctx 2048, 3 sessions, in each of FAMILY_QUANTS (default "bf16 gptq")
+#   ttft       physinf-bench --ttft: cold prefill and a 32-token turn after histories of 512 to
+#              16384 tokens, on TTFT_MODELS (default the 1B, the 8B and its 4-bit copy)
+#   constrained physinf-bench --json-schema: the 8B shape with a 128k tokenizer carried as
+#              .carry/tok128k (benchmarks/grammar_masks.py trains one) and the embedded 135M
+#              model, each with config/robot_schemas.yaml's "plan" schema, ctx 2048, graphed
 # Logs and results go to $OUT/work and come back as $OUT/results.tgz (the device tool returns
 # at most 8 files), with a short summary on stdout.
 set -uo pipefail
@@ -289,6 +297,40 @@ print(" ".join(s.name for s in stacks.QUANTIZATIONS + stacks.UNSUPPORTED))')}; d
       TAIL=10 run gptq "${BENCH_LIMIT:-240}" python3 -m physinf_ros.bench.cli \
         --model synthetic:llama-3.1-8b:gptq --modes "${GPTQ_MODES:-graphed,exllamav2}" --contexts 2048,16384 \
         --sessions 3 --record-unavailable --out "$WORK/stacks_gptq.json";;
+    families)
+      shapes=${FAMILY_SHAPES:-$(python3 -c 'import yaml
+from physinf_ros.resources import config_path
+print(" ".join(k for k in yaml.safe_load(open(config_path("models.yaml")))
+               if k.startswith(("qwen3", "smollm3", "phi-4", "gemma-3"))))')}
+      for quant in ${FAMILY_QUANTS:-bf16 gptq}; do
+        suffix=; [ "$quant" = gptq ] && suffix=:gptq
+        for shape in $shapes; do
+          tag=${shape}_$quant
+          TAIL=4 run family_$tag "${BENCH_LIMIT:-120}" python3 -m physinf_ros.bench.cli \
+            --model synthetic:$shape$suffix --modes graphed --contexts 2048 --sessions 3 \
+            --out "$WORK/family_$tag.json"
+        done
+      done;;
+    ttft)
+      for model in ${TTFT_MODELS:-synthetic:llama-3.2-1b synthetic:llama-3.1-8b synthetic:llama-3.1-8b:gptq}; do
+        tag=$(echo "${model#synthetic:}" | tr ':' '-')
+        TAIL=14 run ttft_$tag "${BENCH_LIMIT:-200}" python3 -m physinf_ros.bench.cli \
+          --model "$model" --backend graphed --ttft "${TTFT_HISTORIES:-512,2048,16384}" \
+          --out "$WORK/ttft_$tag.json"
+      done;;
+    constrained)
+      python3 -c 'import json, yaml
+from physinf_ros.resources import config_path
+schemas = {s["name"]: s["schema"] for s in yaml.safe_load(open(config_path("robot_schemas.yaml")))}
+json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
+      [ -d .carry/tok128k ] && cp -r .carry/tok128k "$STASH"/
+      TAIL=10 run constrained_llama-3.1-8b "${BENCH_LIMIT:-200}" python3 -m physinf_ros.bench.cli \
+        --model synthetic:llama-3.1-8b --modes graphed --contexts 2048 --sessions 3 \
+        --json-schema /tmp/plan.json --tokenizer "$STASH/tok128k" \
+        --out "$WORK/constrained_llama-3.1-8b.json"
+      TAIL=10 run constrained_embedded "${BENCH_LIMIT:-200}" python3 -m physinf_ros.bench.cli \
+        --model embedded --modes graphed --contexts 2048 --sessions 3 \
+        --json-schema /tmp/plan.json --out "$WORK/constrained_embedded.json";;
     *) echo "unknown stage $stage";;
   esac
 done
