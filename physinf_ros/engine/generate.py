@@ -16,12 +16,18 @@ A constrained reply (a grammar's Constraint: a JSON schema or a grammar) is adva
 token as it is read, and its next mask filled before the next step is launched, so it launches
 one step ahead. A grammar that is complete ends the reply as an end of sequence, without a step
 for the stop token; one that allows no next token ends it as an error, with the reason.
+
+A speculative reply (a proposer: speculative.py) runs step by step instead: the proposer drafts
+up to k tokens from the sequence so far, one verify step keeps 1 to k + 1 of them
+(Decoder.speculate), and they are handed out one by one with the same checks between them, each
+with its share of the step's time; with no draft, one plain step. A constrained reply does not
+speculate (its mask changes with every token).
 """
 
 from collections import deque
 from dataclasses import dataclass
 import time
-from typing import Callable, Deque, Iterator, List, Optional, Sequence
+from typing import Callable, Deque, Iterator, List, Optional, Sequence, Tuple
 
 from .base import ContextFull, Decoder, LAUNCHED_AHEAD, PendingStep, Sampling
 from .text import Detokenizer
@@ -50,7 +56,8 @@ class Generation:
 
     def __init__(self, decoder: Decoder, tokenizer, stop_ids: frozenset,
                  prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling,
-                 cancelled: Callable[[], bool] = lambda: False, constraint=None):
+                 cancelled: Callable[[], bool] = lambda: False, constraint=None,
+                 proposer=None):
         self.decoder = decoder
         self.prompt_ids = list(prompt_ids)
         self.max_new_tokens = max_new_tokens
@@ -61,6 +68,11 @@ class Generation:
         # structured.Constraint (or None): refills its bits for the decoder before each step.
         self.constraint = constraint
         self._ahead = 1 if constraint is not None else LAUNCHED_AHEAD
+        # speculative.PromptLookup or DraftModel (or None): drafts for Decoder.speculate.
+        self.proposer = proposer if constraint is None else None
+        self.verify_steps = 0     # steps of this reply that verified a draft
+        self.drafted_tokens = 0
+        self.accepted_tokens = 0  # drafted tokens the model kept
         self.token_ids: List[int] = []
         self.pieces: List[str] = []
         self.step_ms: List[float] = []
@@ -73,6 +85,12 @@ class Generation:
     @property
     def text(self) -> str:
         return ''.join(self.pieces)
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Reply tokens per decode step (1 without speculation; the first token excluded)."""
+        steps = len(self.step_ms) - self.accepted_tokens
+        return len(self.step_ms) / steps if steps > 0 else 0.0
 
     @property
     def tokens_per_s(self) -> float:
@@ -121,32 +139,28 @@ class Generation:
             except ContextFull as exc:
                 self._full = exc
 
-    def __iter__(self) -> Iterator[Piece]:
-        start = time.perf_counter()
-        if self.constraint is not None:
-            self._fill_mask()
-            if self.finish_reason is not None:
-                return
-        token = self.decoder.prefill(self.prompt_ids, self.sampling, self.constraint)
-        self.ttft_ms = (time.perf_counter() - start) * 1000.0
-        self.cached_tokens = self.decoder.cached_tokens
+    def _stop_before_next(self) -> bool:
+        # The checks, in the order a step-by-step loop makes them after each token.
+        if self.finish_reason is not None:
+            return True
+        if self._cancelled():
+            self.finish_reason = FINISH_CANCELLED
+            return True
+        if len(self.token_ids) >= self.max_new_tokens:
+            self.finish_reason = FINISH_LENGTH
+            self.detail = f'max_new_tokens ({self.max_new_tokens}) reached'
+            if self.constraint is not None:
+                self.detail += ' before the reply completed its grammar'
+            return True
+        return False
+
+    def _overlapped(self, piece: Piece) -> Iterator[Piece]:
         ahead: Deque[PendingStep] = deque()
-        piece = self._piece(token, None)
         while True:
             if self.finish_reason is None:
                 self._launch_ahead(ahead)
             yield piece
-            if self.finish_reason is not None:
-                break
-            # The checks, in the order a step-by-step loop makes them after each token.
-            if self._cancelled():
-                self.finish_reason = FINISH_CANCELLED
-                break
-            if len(self.token_ids) >= self.max_new_tokens:
-                self.finish_reason = FINISH_LENGTH
-                self.detail = f'max_new_tokens ({self.max_new_tokens}) reached'
-                if self.constraint is not None:
-                    self.detail += ' before the reply completed its grammar'
+            if self._stop_before_next():
                 break
             try:
                 if not ahead:
@@ -159,6 +173,55 @@ class Generation:
                 break
             self.step_ms.append(step_ms)
             piece = self._piece(token, step_ms)
+
+    def _speculative(self, piece: Piece) -> Iterator[Piece]:
+        decoder, proposer = self.decoder, self.proposer
+        proposer.start(self.prompt_ids, self.sampling)
+        queue: Deque[Tuple[int, float]] = deque()
+        while True:
+            yield piece
+            if self._stop_before_next():
+                break
+            if not queue:
+                try:
+                    queue.extend(self._speculative_step(decoder, proposer))
+                except ContextFull as exc:
+                    self.finish_reason, self.detail = FINISH_LENGTH, str(exc)
+                    break
+            token, step_ms = queue.popleft()
+            self.step_ms.append(step_ms)
+            piece = self._piece(token, step_ms)
+
+    def _speculative_step(self, decoder: Decoder, proposer) -> List[Tuple[int, float]]:
+        # A draft that fits the reply's length and the context, verified; else one step.
+        room = decoder.info.max_context - 2 - decoder.position
+        k = min(proposer.k, self.max_new_tokens - len(self.token_ids) - 1, room)
+        draft = proposer.propose(self.prompt_ids + self.token_ids, k) if k > 0 else []
+        start = time.perf_counter()
+        if draft:
+            tokens = decoder.speculate(draft)
+            self.verify_steps += 1
+            self.drafted_tokens += len(draft)
+            self.accepted_tokens += len(tokens) - 1
+        else:
+            tokens = [decoder.step()]
+        share = (time.perf_counter() - start) * 1000.0 / len(tokens)
+        return [(token, share) for token in tokens]
+
+    def __iter__(self) -> Iterator[Piece]:
+        start = time.perf_counter()
+        if self.constraint is not None:
+            self._fill_mask()
+            if self.finish_reason is not None:
+                return
+        token = self.decoder.prefill(self.prompt_ids, self.sampling, self.constraint)
+        self.ttft_ms = (time.perf_counter() - start) * 1000.0
+        self.cached_tokens = self.decoder.cached_tokens
+        piece = self._piece(token, None)
+        if self.proposer is not None:
+            yield from self._speculative(piece)
+        else:
+            yield from self._overlapped(piece)
         tail = self._detok.flush() if self._detok else ''
         if self._detok and self._detok.incomplete_tokens:
             dropped = ('an incomplete UTF-8 character was dropped from the end (in the last '

@@ -149,16 +149,22 @@ class Engine:
                  sampling: Sampling = Sampling(),
                  cancelled: Callable[[], bool] = lambda: False,
                  output: OutputFormat = OutputFormat(),
-                 constraint: Optional[Constraint] = None) -> Generation:
+                 constraint: Optional[Constraint] = None, proposer=None) -> Generation:
         """
         Start a reply; output asks for JSON, a grammar or a tool call (ConstraintError if bad).
 
         constraint: output's grammar compiled already (constraint(output)), for a caller that
-        checked it before the reply was due.
+        checked it before the reply was due. proposer: speculative decoding's drafts
+        (speculative.make_proposer), used where the decoder verifies drafts and the reply is
+        not constrained.
         """
+        if proposer is not None and not hasattr(self.decoder, 'speculate'):
+            raise EngineError(f'backend {self.info.backend} cannot verify drafts: speculation '
+                              'needs backend eager or graphed')
         return Generation(self.decoder, self.tokenizer, self.stop_ids, prompt_ids,
                           max_new_tokens, sampling, cancelled,
-                          constraint if constraint is not None else self.constraint(output))
+                          constraint if constraint is not None else self.constraint(output),
+                          proposer)
 
     def constraint(self, output: OutputFormat) -> Optional[Constraint]:
         """Compile output's grammar for this model (None: free text); ConstraintError if bad."""

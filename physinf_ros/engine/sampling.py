@@ -21,7 +21,7 @@ is safe too. Near the threshold sampling is greedy in effect: a token whose logi
 largest by more than about 104 x temperature gets probability 0 in float32.
 """
 
-from typing import Optional, Union
+from typing import Optional, Tuple, Union
 
 import torch
 
@@ -39,6 +39,19 @@ def make_generator(sampling: Sampling, device: torch.device) -> Optional[torch.G
     return gen
 
 
+def _nucleus(logits: torch.Tensor, temperature: Number,
+             top_p: Number) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Sorted probabilities [..., vocab] under temperature, top-p's cut zeroed; their order."""
+    logits = logits.float()
+    # amax(), clamp_min(): no host reads, so this runs inside a graph capture (module docstring).
+    scaled = (logits - logits.amax(-1, keepdim=True)) / _at_least(temperature, MIN_TEMPERATURE)
+    probs = torch.softmax(scaled, dim=-1)
+    sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+    # Keep the smallest prefix whose mass reaches top_p; the most likely token always stays.
+    outside = (torch.cumsum(sorted_probs, dim=-1) - sorted_probs) >= top_p
+    return sorted_probs.masked_fill(outside, 0.0), order
+
+
 def sample(logits: torch.Tensor, temperature: Number, top_p: Number,
            generator: Optional[torch.Generator] = None,
            race: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -48,19 +61,19 @@ def sample(logits: torch.Tensor, temperature: Number, top_p: Number,
     temperature and top_p may be 0-d device tensors (the captured graph's). race: Exp(1) noise
     [vocab] drawn beforehand; drawn here from generator when None.
     """
-    logits = logits.float()
-    # max(), clamp_min(): no host reads, so this runs inside a graph capture (module docstring).
-    scaled = (logits - logits.max()) / _at_least(temperature, MIN_TEMPERATURE)
-    probs = torch.softmax(scaled, dim=-1)
-    sorted_probs, order = torch.sort(probs, descending=True)
-    # Keep the smallest prefix whose mass reaches top_p; the most likely token always stays.
-    outside = (torch.cumsum(sorted_probs, dim=-1) - sorted_probs) >= top_p
-    sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+    sorted_probs, order = _nucleus(logits, temperature, top_p)
     if race is None:
         race = torch.empty_like(sorted_probs).exponential_(generator=generator)
     # index_select, not order[i]: indexing with a 0-d tensor reads it on the host, which a
     # graph capture forbids.
     return order.index_select(0, torch.argmax(sorted_probs / race, dim=-1, keepdim=True))
+
+
+def probabilities(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """The distribution sample draws from, for each row of logits [..., vocab] (float32)."""
+    sorted_probs, order = _nucleus(logits, temperature, top_p)
+    kept = torch.zeros_like(sorted_probs).scatter_(-1, order, sorted_probs)
+    return kept / kept.sum(-1, keepdim=True)
 
 
 def _at_least(value: Number, low: float) -> Number:

@@ -43,9 +43,11 @@ from ..base import (AllowedTokens, check_prompt, check_room, ContextFull, Decode
                     Sampling, StepResult)
 from ..kernels import ops_torch
 from ..kernels.config import KernelConfig
+from ..kernels.rows import RowOps
 from ..model import families
 from ..model.llama import KVCache, Weights
 from ..sampling import choose, make_generator, mask_logits, sample
+from ..speculative import accept_greedy, accept_sampled, MAX_DRAFT
 
 
 # A pinned reply row's fields (token, step time in ns) before the step writes them.
@@ -125,6 +127,9 @@ class NativeDecoder:
         self._allowed_host = torch.zeros(words, dtype=torch.int32,
                                          pin_memory=device.type == 'cuda')
         self._allowed: Optional[AllowedTokens] = None
+        # A verify step's drafted tokens (after the pending one), its rows' position offsets
+        # and logits; made at the first verify.
+        self._verify: Optional[Dict[str, torch.Tensor]] = None
         self._position = 0
         self._started = False
         self.reuse_prefix = True
@@ -137,7 +142,7 @@ class NativeDecoder:
         self._reply = 0
         self._sampling = Sampling()
         self._generator: Optional[torch.Generator] = None
-        self._graphs: Dict[tuple, torch.cuda.CUDAGraph] = {}
+        self._graphs: Dict[object, torch.cuda.CUDAGraph] = {}
         self._pool = None
         # A step's reply, written by its last kernel: row position % LAUNCHED_AHEAD holds its
         # token and device time (ns). A launched step's row and event stay intact until
@@ -194,7 +199,13 @@ class NativeDecoder:
             self._body(greedy=True)
 
     def _graph(self, greedy: bool, constrained: bool = False) -> torch.cuda.CUDAGraph:
-        graph = self._graphs.get((greedy, constrained))
+        kind = 'greedy' if greedy else 'sampling'
+        return self._captured((greedy, constrained), lambda: self._body(greedy, constrained),
+                              f'{kind} {"constrained " if constrained else ""}decode step')
+
+    def _captured(self, key, body: Callable[[], None], what: str) -> torch.cuda.CUDAGraph:
+        # The graph of body, captured at its first use with the step state left as it was.
+        graph = self._graphs.get(key)
         if graph is not None:
             return graph
         saved = self.token.clone(), self.pos.clone()
@@ -202,17 +213,16 @@ class NativeDecoder:
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
             for _ in range(2):  # compile kernels and settle the allocator outside the capture
-                self._body(greedy, constrained)
+                body()
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
-            self._body(greedy, constrained)
+            body()
         self._pool = graph.pool()
         self.token.copy_(saved[0])
         self.pos.copy_(saved[1])
-        self._graphs[greedy, constrained] = graph
-        self.log(f'captured the {"greedy" if greedy else "sampling"} '
-                 f'{"constrained " if constrained else ""}decode step in a CUDA graph')
+        self._graphs[key] = graph
+        self.log(f'captured the {what} in a CUDA graph')
         return graph
 
     @torch.inference_mode()
@@ -318,6 +328,90 @@ class NativeDecoder:
         else:
             self._body(greedy, constrained)
         self._position += 1
+
+    @torch.inference_mode()
+    def _verify_body(self, rows: int) -> None:
+        # The pending token and rows - 1 drafted ones at consecutive positions, one forward.
+        w, v = self.weights, self._verify
+        ops = RowOps(self.ops)
+        ids = torch.cat([self.token, v['draft'][:rows - 1]])
+        x = self.family.decode_layers(w, self.cache, ids, self.pos + v['offsets'][:rows],
+                                      self.cos, self.sin, ops)
+        ops.rms_matvec(x, w.norm, w.lm_head, None, w.config.rms_norm_eps,
+                       out=v['logits'][:rows])
+
+    @torch.inference_mode()
+    def verify(self, draft: Sequence[int]) -> torch.Tensor:
+        """
+        Run the pending token and draft [k] at the next k + 1 positions in one step.
+
+        Returns float32 logits [k + 1, vocab] (row i: the choice after the draft's first i
+        tokens). The cache then holds all k + 1 positions; speculate() or rewind() says which
+        are kept. Graphed, each k is a CUDA graph of its own, captured at its first use.
+        """
+        self._need_prefill()
+        rows = len(draft) + 1
+        if not 1 < rows <= MAX_DRAFT + 1:
+            raise EngineError(f'a verify step takes 1 to {MAX_DRAFT} drafted tokens, '
+                              f'not {len(draft)}')
+        check_room(self._position + rows - 1, self.info.max_context)
+        if self._verify is None:
+            vocab = self.weights.config.vocab_size
+            self._verify = {
+                'draft': torch.zeros(MAX_DRAFT, dtype=torch.long, device=self.device),
+                'host': torch.zeros(MAX_DRAFT, dtype=torch.long,
+                                    pin_memory=self.device.type == 'cuda'),
+                'offsets': torch.arange(MAX_DRAFT + 1, dtype=torch.int32, device=self.device),
+                'logits': torch.zeros(MAX_DRAFT + 1, vocab, dtype=torch.float32,
+                                      device=self.device)}
+        v = self._verify
+        # The last verify's copy out of host is done: its logits were read on the host.
+        v['host'][:rows - 1] = torch.tensor(list(draft), dtype=torch.long)
+        v['draft'][:rows - 1].copy_(v['host'][:rows - 1], non_blocking=True)
+        if self.graphed:
+            self._captured(('verify', rows), lambda: self._verify_body(rows),
+                           f'{rows - 1}-token verify step').replay()
+        else:
+            self._verify_body(rows)
+        return v['logits'][:rows]
+
+    def speculate(self, draft: Sequence[int]) -> List[int]:
+        """
+        Verify draft [k] (verify()) and keep what the model agrees with: 1 to k + 1 tokens.
+
+        The kept tokens are the reply's next ones (speculative.accept_greedy or, sampling,
+        accept_sampled); the cache keeps their positions and the next step feeds the last.
+        """
+        fed, start = self._feeds, self._position
+        logits = self.verify(draft)
+        if self._sampling.greedy:
+            kept = accept_greedy(logits, draft)
+        else:
+            kept = accept_sampled(logits, draft, self._sampling, self._generator)
+        accepted = len(kept) - 1
+        self.logits.copy_(logits[accepted])
+        if fed is not None and len(self._held) == start:
+            self._held += [fed] + list(draft[:accepted])
+        self._move_to(start + accepted + 1, kept[-1])
+        return kept
+
+    def rewind(self, length: int, token: int) -> None:
+        """Keep the cache's first length positions; the next step feeds token at length."""
+        self._need_prefill()
+        if not 0 <= length <= self._position:
+            raise EngineError(f'cannot rewind to position {length}: the cache holds '
+                              f'{self._position}')
+        self._move_to(length, token)
+
+    def _move_to(self, length: int, token: int) -> None:
+        # No step may be in flight: the callers (speculation) wait for each one.
+        self._reply += 1   # a step launched before this is not of the sequence that follows
+        self._position = length
+        self.pos.fill_(length)
+        self.token.fill_(token)
+        held = len(self._held) >= length
+        self._held = self._held[:length] if held else []
+        self._feeds = token if held else None
 
     def last_logits(self) -> torch.Tensor:
         if not self._started:
