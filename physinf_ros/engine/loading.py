@@ -49,42 +49,41 @@ class Engine:
                output: OutputFormat = OutputFormat()) -> List[int]:
         """Encode one user turn; output's tools are shown to the model (ConstraintError)."""
         self._need_tokenizer()
-        system_prompt, tools = self._with_tools(system_prompt, output)
-        return encode_prompt(self.tokenizer, text, use_chat_template, system_prompt, tools)
+        return encode_prompt(self.tokenizer, text, use_chat_template, system_prompt,
+                             *self._shown_tools(output))
 
     def encode_messages(self, messages: Sequence[Tuple[str, str]], use_chat_template: bool = True,
                         system_prompt: str = '', output: OutputFormat = OutputFormat()
                         ) -> List[int]:
         """Encode a conversation of (role, content) messages (text.encode_messages)."""
         self._need_tokenizer()
-        system_prompt, tools = self._with_tools(system_prompt, output)
-        return encode_messages(self.tokenizer, messages, use_chat_template, system_prompt, tools)
+        return encode_messages(self.tokenizer, messages, use_chat_template, system_prompt,
+                               *self._shown_tools(output))
 
     def encode_truncated(self, text: str, limit: int, use_chat_template: bool = True,
                          system_prompt: str = '', output: OutputFormat = OutputFormat()
                          ) -> Tuple[List[int], int]:
         """Encode, dropping the start of text so the prompt takes at most limit tokens."""
         self._need_tokenizer()
-        system_prompt, tools = self._with_tools(system_prompt, output)
         return encode_truncated(self.tokenizer, text, limit, use_chat_template, system_prompt,
-                                tools)
+                                *self._shown_tools(output))
 
-    def _with_tools(self, system_prompt: str, output: OutputFormat) -> Tuple[str, list]:
-        # The tools go where the chat template shows them, else into the system turn.
+    def _shown_tools(self, output: OutputFormat) -> Tuple[Optional[list], str]:
+        # The tools go where the chat template shows them (specs for its tools argument), else
+        # described in the system turn (the text).
         functions, choice = check_output(output)
         if not functions or choice == 'none':
-            return system_prompt, None
+            return None, ''
         template = getattr(self.tokenizer, 'chat_template', None)
+        if not template_shows_tools(template):
+            return None, tools_system_text(functions, call_format(template))
         specs = [f.spec() for f in functions]
-        if template_shows_tools(template):
-            # The template's own text is read with its special tokens: none may come in a spec.
-            text = json.dumps(specs, ensure_ascii=False)
-            for token in self.tokenizer.all_special_tokens:
-                if token in text:
-                    raise ConstraintError(f'tools hold the special token {token!r}')
-            return system_prompt, specs
-        described = tools_system_text(functions, call_format(template))
-        return (f'{system_prompt}\n\n{described}' if system_prompt else described), None
+        # The template's own text is read with its special tokens: none may come in a spec.
+        text = json.dumps(specs, ensure_ascii=False)
+        for token in self.tokenizer.all_special_tokens:
+            if token in text:
+                raise ConstraintError(f'tools hold the special token {token!r}')
+        return specs, ''
 
     def tool_calls(self, text: str, output: OutputFormat) -> List[dict]:
         """Return the calls of output's tools in a reply: [{"name", "arguments"}]."""

@@ -5,9 +5,11 @@ User text (prompts, system_prompt and every message of a conversation) never bec
 tokens: `<|im_start|>system` typed in a prompt is tokenised as the plain text it is, so no
 client can open a turn of its own. Only the chat template's own markers are special tokens. The
 template is rendered with placeholders for the messages' text, its pieces are tokenised with
-special tokens recognised, and the text in between with special tokens split.
+special tokens recognised, and the text in between with special tokens split. A template that
+writes a message's text as a JSON string (Llama 3.1's does with a tool result) gets it so.
 """
 
+import json
 import threading
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -45,26 +47,42 @@ def _placeholder(index: int) -> str:
 
 
 def encode_prompt(tokenizer, text: str, use_chat_template: bool = True,
-                  system_prompt: str = '', tools: Optional[list] = None) -> List[int]:
-    """
-    Token ids for one user turn, wrapped in the model's chat template when asked.
+                  system_prompt: str = '', tools: Optional[list] = None,
+                  tools_text: str = '') -> List[int]:
+    """Token ids for one user turn, wrapped in the model's chat template when asked."""
+    return encode_messages(tokenizer, [('user', text)], use_chat_template, system_prompt, tools,
+                           tools_text)
 
-    tools: function specs for a template that renders them (its tools argument).
-    """
-    return encode_messages(tokenizer, [('user', text)], use_chat_template, system_prompt, tools)
+
+def _with_system_turn(messages: Sequence[Tuple[str, str]], system_prompt: str,
+                      tools_text: str) -> List[Tuple[str, str]]:
+    messages = list(messages)
+    own = bool(messages) and messages[0][0] == 'system'
+    system = messages[0][1] if own else system_prompt
+    if tools_text:
+        system = f'{system}\n\n{tools_text}' if system else tools_text
+    if own:
+        messages[0] = ('system', system)
+    elif system:
+        messages.insert(0, ('system', system))
+    return messages
 
 
 def encode_messages(tokenizer, messages: Sequence[Tuple[str, str]], use_chat_template: bool = True,
-                    system_prompt: str = '', tools: Optional[list] = None) -> List[int]:
+                    system_prompt: str = '', tools: Optional[list] = None,
+                    tools_text: str = '') -> List[int]:
     """
     Token ids for a conversation of (role, content) messages, ready for the reply.
 
     Rendered with the model's chat template when asked (and it has one), with the generation
     prompt after the last message; system_prompt opens it unless its first message is a system
     one of its own. Without a template the contents are joined by blank lines.
+
+    tools: function specs for a template that renders them (its tools argument). tools_text:
+    their description for one that cannot, which ends the system turn (system_prompt's or the
+    conversation's own), or is the system turn where there is none.
     """
-    if system_prompt and not (messages and messages[0][0] == 'system'):
-        messages = [('system', system_prompt)] + list(messages)
+    messages = _with_system_turn(messages, system_prompt, tools_text)
     if not (use_chat_template and getattr(tokenizer, 'chat_template', None)):
         with _ENCODE_LOCK:
             # The tokenizer's own BOS (if it adds one) still comes: split_special_tokens only
@@ -77,28 +95,41 @@ def encode_messages(tokenizer, messages: Sequence[Tuple[str, str]], use_chat_tem
     ids: List[int] = []
     with _ENCODE_LOCK:
         for index, (role, content) in enumerate(messages):
-            before, found, rendered = rendered.partition(_placeholder(index))
-            if not found or _placeholder(index) in rendered:
-                raise EngineError(f'the chat template does not put the text of message {index} '
-                                  f'({role}) in the prompt exactly once; set use_chat_template '
-                                  'to false')
+            before, text, rendered = _split_at_text(rendered, index, role, content)
             # The template's pieces hold its special tokens (and BOS, if it has one); adding
             # them again would double BOS.
             ids += tokenizer.encode(before, add_special_tokens=False)
-            ids += tokenizer.encode(content, add_special_tokens=False, split_special_tokens=True)
+            ids += tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
         return ids + tokenizer.encode(rendered, add_special_tokens=False)
 
 
+def _split_at_text(rendered: str, index: int, role: str, content: str) -> Tuple[str, str, str]:
+    # What the template rendered before message index's text, the text as the template writes
+    # it, and what follows. The text is as it is, or a JSON string where the template applies
+    # tojson to it (transformers' tojson: json.dumps, non-ASCII kept).
+    found = [(form, text) for form, text in
+             ((_placeholder(index), content),
+              (json.dumps(_placeholder(index)), json.dumps(content, ensure_ascii=False)))
+             if form in rendered]
+    if len(found) != 1 or rendered.count(found[0][0]) != 1:
+        raise EngineError(f'the chat template does not put the text of message {index} '
+                          f'({role}) in the prompt exactly once; set use_chat_template '
+                          'to false')
+    form, text = found[0]
+    before, _, after = rendered.partition(form)
+    return before, text, after
+
+
 def encode_truncated(tokenizer, text: str, limit: int, use_chat_template: bool = True,
-                     system_prompt: str = '', tools: Optional[list] = None
-                     ) -> Tuple[List[int], int]:
+                     system_prompt: str = '', tools: Optional[list] = None,
+                     tools_text: str = '') -> Tuple[List[int], int]:
     """
     Return token ids for one user turn cut to at most limit tokens, and the text tokens cut.
 
     The beginning of the text is dropped (the oldest part of a long message); the template and
     the system prompt stay whole, so the model still sees a well-formed turn.
     """
-    ids = encode_prompt(tokenizer, text, use_chat_template, system_prompt, tools)
+    ids = encode_prompt(tokenizer, text, use_chat_template, system_prompt, tools, tools_text)
     if len(ids) <= limit:
         return ids, 0
     body = encode_text(tokenizer, text)
@@ -108,7 +139,8 @@ def encode_truncated(tokenizer, text: str, limit: int, use_chat_template: bool =
     # exactly as many: shrink until the whole prompt fits.
     while keep > 0:
         tail = tokenizer.decode(body[-keep:]).lstrip('\ufffd')
-        ids = encode_prompt(tokenizer, tail, use_chat_template, system_prompt, tools)
+        ids = encode_prompt(tokenizer, tail, use_chat_template, system_prompt, tools,
+                            tools_text)
         if len(ids) <= limit:
             return ids, len(body) - keep
         keep -= len(ids) - limit

@@ -122,7 +122,8 @@ def tools_system_text(functions: Tuple[Function, ...], fmt: CallFormat) -> str:
     example = {'name': '<function name>', fmt.arguments_key: {'<argument>': '<value>'}}
     call = json.dumps([example] if fmt.in_list else example)
     lines = ['You can call functions. To call one, reply with only:',
-             f'{fmt.opening}{call}{fmt.closing}', 'The functions:']
+             f'{fmt.opening}{call}{fmt.closing}',
+             "The call's result comes back to you in a message of role tool.", 'The functions:']
     lines += [json.dumps(f.spec()['function']) for f in functions]
     return '\n'.join(lines)
 

@@ -4,12 +4,16 @@ import json
 import os
 
 from installed import require_interfaces
+from physinf_ros.engine.text import encode_messages
+from physinf_ros.engine.weights.resolve import resolve
+from physinf_ros.structured.tools import HERMES, parse_tools, tools_system_text
 import pytest
 
 require_interfaces()
 
 import jsonschema  # noqa: E402, I100 - after the skip
 from physinf_ros_interfaces.action import Generate  # noqa: E402
+from physinf_ros_interfaces.msg import ChatMessage  # noqa: E402
 from rclpy.action import ActionClient  # noqa: E402
 from ros_harness import Probe, serving_decoder, TEST_DEVICE  # noqa: E402
 
@@ -42,6 +46,11 @@ def harness(tmp_path_factory):
     gen.close()
 
 
+def chat(turns):
+    """Return ChatMessage messages made of (role, content) pairs."""
+    return [ChatMessage(role=role, content=content) for role, content in turns]
+
+
 def result_of(harness, **fields):
     future = harness.probe.generate.send_goal_async(Generate.Goal(**fields))
     handle = harness.wait_for(lambda: future.done() and future.result(), 30, 'goal response')
@@ -67,6 +76,34 @@ def test_a_goal_with_tools_gets_its_call_in_tool_calls(harness):
     jsonschema.validate(calls[0]['arguments'], TOOLS[0]['function']['parameters'])
     finished = [e for e in harness.probe.since(mark, 'events') if e['event'] == 'finished']
     assert finished[-1]['tool_calls'] == calls
+
+
+def test_a_tool_result_goes_back_and_the_reply_to_it_reuses_the_call(harness):
+    # The round trip a robot client makes: its own system message and the user's request; the
+    # model's call (required, so that the embedded model makes one); the call and its outcome
+    # (a tool message) appended; the reply to that, with the same tools (auto).
+    turns = [('system', 'You are a home robot. Use your functions to move.'),
+             ('user', 'Please go to the office.')]
+    call = result_of(harness, messages=chat(turns), tools=json.dumps(TOOLS),
+                     tool_choice='required')
+    assert call.finish_reason == 'eos', call.detail
+    calls = json.loads(call.tool_calls)
+    assert [c['name'] for c in calls] == ['goto']
+    # The tools joined the conversation's own system message: the prompt is that long.
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(resolve('embedded').path)
+    described = tools_system_text(parse_tools(json.dumps(TOOLS)), HERMES)
+    assert call.prompt_tokens == len(encode_messages(tokenizer, turns, tools_text=described))
+    turns += [('assistant', call.text),
+              ('tool', json.dumps({'arrived': True, 'room': calls[0]['arguments']['room']}))]
+    answer = result_of(harness, messages=chat(turns), tools=json.dumps(TOOLS),
+                       tool_choice='auto')
+    assert answer.finish_reason in ('eos', 'length'), answer.detail
+    assert answer.text.strip()
+    assert answer.prompt_tokens == len(encode_messages(tokenizer, turns, tools_text=described))
+    # The KV cache still held the call's prompt and the call: the reply prefilled the rest.
+    assert answer.cached_tokens >= call.prompt_tokens, (answer.cached_tokens, call.prompt_tokens)
+    assert answer.prompt_tokens > call.prompt_tokens + call.tokens
 
 
 @pytest.mark.parametrize('fields, words', [

@@ -119,6 +119,21 @@ def test_tools_go_into_the_system_turn_where_the_template_cannot_show_them(eager
                                    hidden) == []
 
 
+def test_tools_join_a_conversations_own_system_message(eager_engine):
+    # The conversation's system message replaces the node's system_prompt; the tools must not
+    # go with it.
+    own = [('system', 'You are a home robot.'), ('user', 'Go to the office.')]
+    text = eager_engine.tokenizer.decode(eager_engine.encode_messages(
+        own, system_prompt='Be terse.', output=OutputFormat(tools=TOOLS)))
+    assert text.startswith('<|im_start|>system\nYou are a home robot.\n\nYou can call functions')
+    assert text.count('<|im_start|>system') == 1 and 'Be terse.' not in text
+    assert '"name": "goto"' in text and '"name": "say"' in text
+    hidden = eager_engine.tokenizer.decode(eager_engine.encode_messages(
+        own, output=OutputFormat(tools=TOOLS, tool_choice='none')))
+    assert hidden.startswith('<|im_start|>system\nYou are a home robot.<|im_end|>')
+    assert 'goto' not in hidden
+
+
 def test_a_template_that_shows_tools_gets_them_and_no_special_token(eager_engine, monkeypatch):
     template = ('{% if tools %}<|im_start|>system\n{% for t in tools %}{{ t | tojson }}\n'
                 '{% endfor %}<|im_end|>\n{% endif %}{% for m in messages %}<|im_start|>'
