@@ -12,6 +12,7 @@ import math
 import statistics
 import time
 
+from decode_checks import bf16_ulp, rel
 from physinf_ros.engine import load, Sampling
 from physinf_ros.engine.base import LAUNCHED_AHEAD
 from physinf_ros.engine.kernels.config import KernelConfig
@@ -21,15 +22,6 @@ from tiny_models import ARCHS, dequantised_copy, FAMILY_CASES, save_tiny, save_t
 import torch
 
 pytestmark = pytest.mark.gpu
-
-
-def rel(a, b):
-    return ((a - b).norm() / b.norm()).item()
-
-
-def bf16_ulp(value: float) -> float:
-    """Spacing of bf16 numbers at value (8 significant bits)."""
-    return 2.0 ** (math.floor(math.log2(max(abs(value), 1e-30))) - 7)
 
 
 def teacher_forced_errors(spec, prompt, steps, max_context=512, ours=None, kernel_config=None):

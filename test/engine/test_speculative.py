@@ -2,9 +2,7 @@
 
 import math
 
-import pytest
-import torch
-
+from known_prompts import ROBOT_PROMPTS
 from physinf_ros.engine import speculative
 from physinf_ros.engine.base import EngineError, Sampling
 from physinf_ros.engine.kernels import ops_torch
@@ -15,15 +13,9 @@ from physinf_ros.engine.model.llama import KVCache
 from physinf_ros.engine.sampling import probabilities
 from physinf_ros.engine.speculative import (accept_greedy, accept_sampled, PromptLookup,
                                             Speculation)
+import pytest
 from tiny_models import FAMILY_CASES, save_tiny
-
-# Replies that copy from their prompt, as a robot's do (the acceptance set's kind).
-ROBOT_PROMPTS = (
-    'Rewrite this JSON command with the room changed to kitchen: '
-    '{"action": "goto", "room": "garage", "speed": 0.5}',
-    'List the objects on the table, one per line: red mug, blue plate, green apple, fork.',
-    'Repeat the plan and add a last step "dock": 1. open door 2. enter hallway 3. stop.',
-)
+import torch
 
 
 @pytest.mark.parametrize('text, expected', [

@@ -1,9 +1,21 @@
 """Our decoder against the transformers reference: greedy decode and teacher-forced logits."""
 
+import math
+
 from physinf_ros.engine import Sampling
 import torch
 
 STEPS = 32
+
+
+def rel(a, b):
+    """Relative error of a against b (Frobenius norms)."""
+    return ((a - b).norm() / b.norm()).item()
+
+
+def bf16_ulp(value: float) -> float:
+    """Spacing of bf16 numbers at value (8 significant bits)."""
+    return 2.0 ** (math.floor(math.log2(max(abs(value), 1e-30))) - 7)
 
 
 def assert_same_decode(reference, ours, prompt_ids, steps=STEPS):
