@@ -5,7 +5,10 @@ Every kernel of the replayed graph, from the CUDA profiler, summed by kernel nam
 step's wall time and the gaps between kernels. With programmatic dependent launch a kernel starts
 before its predecessor ends and waits inside, so these durations overlap and are no breakdown;
 `--ncu-step` instead marks one step for Nsight Compute, which runs each kernel alone and reads
-its time and DRAM bytes (benchmarks/kernel_table.py turns that into a table per layer op):
+its time and DRAM bytes (benchmarks/kernel_table.py turns that into a table per layer op).
+`--verify-k K` profiles a speculative verify step of K drafted tokens instead (its rows' choices
+read on the host, as speculation reads them, then the position rewound so that each repeat
+verifies at the same context):
 
     python3 benchmarks/profile_step.py --model synthetic:llama-3.1-8b --ctx 2048 --out prof.json
     ncu --profile-from-start off --clock-control none --page raw --csv --print-units base \
@@ -35,6 +38,8 @@ def main(argv=None):
                         help='set a switch or number of the kernel configuration (an A/B arm)')
     parser.add_argument('--ncu-step', action='store_true',
                         help='only mark one warm step as the profiled range (run under ncu)')
+    parser.add_argument('--verify-k', type=int, default=0, metavar='K',
+                        help='profile a verify step of K drafted tokens (docs/SPECULATION.md)')
     parser.add_argument('--out', help='where the JSON goes (not with --ncu-step)')
     args = parser.parse_args(argv)
     if not args.ncu_step and not args.out:
@@ -43,23 +48,32 @@ def main(argv=None):
     engine = load(args.model, backend='graphed', max_context=args.ctx + 2 * args.steps + 16,
                   kernel_config=kernel_config)
     decoder = engine.decoder
-    decoder.prefill(torch.randint(0, 1000, (args.ctx,)).tolist(), Sampling())
+    first = decoder.prefill(torch.randint(0, 1000, (args.ctx,)).tolist(), Sampling())
+    draft = list(range(1, args.verify_k + 1))
+
+    def step():
+        if not args.verify_k:
+            decoder.step()
+            return
+        decoder.verify(draft).argmax(-1).tolist()
+        decoder.rewind(args.ctx, first)
+
     for _ in range(5):
-        decoder.step()
+        step()
     torch.cuda.synchronize()
     if args.ncu_step:
         torch.cuda.cudart().cudaProfilerStart()
-        decoder.step()
+        step()
         torch.cuda.synchronize()
         torch.cuda.cudart().cudaProfilerStop()
         return
     start = time.perf_counter()
     for _ in range(args.steps):
-        decoder.step()
+        step()
     wall_ms = (time.perf_counter() - start) * 1000 / args.steps
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(args.steps):
-            decoder.step()
+            step()
         torch.cuda.synchronize()
     kernels = {}
     spans = []
@@ -72,7 +86,8 @@ def main(argv=None):
     busy_us = sum(r['us'] for r in kernels.values()) / args.steps
     spans.sort()
     gaps = [b[0] - a[1] for a, b in zip(spans, spans[1:]) if 0 <= b[0] - a[1] < 1000]
-    report = {'model': args.model, 'ctx': args.ctx, 'wall_ms_per_step': wall_ms,
+    report = {'model': args.model, 'ctx': args.ctx, 'verify_k': args.verify_k,
+              'wall_ms_per_step': wall_ms,
               'kernel_us_per_step': busy_us,
               'kernels_per_step': sum(r['count'] for r in kernels.values()) / args.steps,
               'median_gap_us': sorted(gaps)[len(gaps) // 2] if gaps else None,

@@ -69,6 +69,8 @@
 #   constrained physinf-bench --json-schema: the 8B shape with a 128k tokenizer carried as
 #              .carry/tok128k (benchmarks/grammar_masks.py trains one) and the embedded 135M
 #              model, each with config/robot_schemas.yaml's "plan" schema, ctx 2048, graphed
+#   specprofile the CUDA profiler over a plain step and a 4-token verify step (profile_step.py
+#              --verify-k) of SPEC_PROFILE_MODELS (default the 8B and 1B shapes) at ctx 2048
 # Logs and results go to $OUT/work and come back as $OUT/results.tgz (the device tool returns
 # at most 8 files), with a short summary on stdout.
 set -uo pipefail
@@ -331,6 +333,14 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
       TAIL=10 run constrained_embedded "${BENCH_LIMIT:-200}" python3 -m physinf_ros.bench.cli \
         --model embedded --modes graphed --contexts 2048 --sessions 3 \
         --json-schema /tmp/plan.json --out "$WORK/constrained_embedded.json";;
+    specprofile)
+      for model in ${SPEC_PROFILE_MODELS:-synthetic:llama-3.1-8b synthetic:llama-3.2-1b}; do
+        for k in 0 4; do
+          tag=$(echo "${model#synthetic:}" | tr ':' '-')_k$k
+          TAIL=8 run specprofile_$tag 120 python3 benchmarks/profile_step.py --model "$model" \
+            --ctx 2048 --verify-k $k --out "$WORK/specprofile_$tag.json"
+        done
+      done;;
     *) echo "unknown stage $stage";;
   esac
 done
