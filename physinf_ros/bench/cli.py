@@ -59,12 +59,12 @@ def table(records: List[Dict[str, object]]) -> str:
 def verify_table(records: List[Dict[str, object]]) -> str:
     """Return a speculative plan's verify steps per cell and k, next to the plain step (k 0)."""
     lines = [f'{"mode":<26} {"ctx":>6} {"k":>2} {"ms p50":>9} {"ms p99":>9} '
-             f'{"t(k)/t(1)":>9} {"draft pays at":>13}']
+             f'{"t_k/t_step":>10} {"draft pays at":>13}']
     for r in records:
         for row in r.get('verify') or []:
             paired = row['draft_break_even_tokens_per_step']
             lines.append(f'{r["mode"]:<26} {r["ctx"]:>6} {row["k"]:>2} {row["ms_p50"]:>9.3f} '
-                         f'{row["ms_p99"]:>9.3f} {row["ratio"]:>9.3f} '
+                         f'{row["ms_p99"]:>9.3f} {row["ratio"]:>10.3f} '
                          f'{"-" if paired is None else format(paired, ".3f"):>13}')
     return '\n'.join(lines)
 
