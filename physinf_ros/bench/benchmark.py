@@ -86,6 +86,8 @@ class Benchmark:
 
     def on_cell(self, cell: Cell, engine: Engine) -> Dict[str, object]:
         record = results.cell_record(cell, self._floor, self.target, engine.info)
+        if self.plan.draft:
+            record['draft_model'] = self.plan.draft
         self.records.append(record)
         return record
 

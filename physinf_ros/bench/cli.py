@@ -13,6 +13,7 @@ from .params import MODES_HELP
 from .protocol import Plan
 from ..engine import EMBEDDED, EngineError, load, MODEL_SPEC_HELP
 from ..engine.device import pick_device
+from ..engine.speculative import MAX_DRAFT
 from ..measurement.targets import detect
 from ..structured import ConstraintError, OutputFormat
 from ..structured.constraint import json_schema
@@ -55,6 +56,19 @@ def table(records: List[Dict[str, object]]) -> str:
     return '\n'.join(lines)
 
 
+def verify_table(records: List[Dict[str, object]]) -> str:
+    """Return a speculative plan's verify steps per cell and k, next to the plain step (k 0)."""
+    lines = [f'{"mode":<26} {"ctx":>6} {"k":>2} {"ms p50":>9} {"ms p99":>9} '
+             f'{"t_k/t_step":>10} {"draft pays at":>13}']
+    for r in records:
+        for row in r.get('verify') or []:
+            paired = row['draft_break_even_tokens_per_step']
+            lines.append(f'{r["mode"]:<26} {r["ctx"]:>6} {row["k"]:>2} {row["ms_p50"]:>9.3f} '
+                         f'{row["ms_p99"]:>9.3f} {row["ratio"]:>10.3f} '
+                         f'{"-" if paired is None else format(paired, ".3f"):>13}')
+    return '\n'.join(lines)
+
+
 def bench_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog='physinf-bench',
@@ -90,6 +104,15 @@ def bench_parser() -> argparse.ArgumentParser:
     parser.add_argument('--tokenizer', default='', metavar='DIR',
                         help="the grammar's tokenizer where the model has none (synthetic:); "
                              "its vocabulary must be the model's size")
+    parser.add_argument('--verify-k', metavar='K1,K2,...',
+                        help='also time verify steps of k drafted tokens (speculative decoding, '
+                             f'k from 1 to {MAX_DRAFT}, e.g. 1,2,4,8), in the same sessions: '
+                             'verify_ms_p50/p99 and t_verify(k) / t_step per k and cell, the '
+                             'tokens per verify step a k-token draft must average to pay off')
+    parser.add_argument('--draft', metavar='MODEL', default='',
+                        help="with --verify-k: also time this draft model's plain steps (same "
+                             'context and prompt) and give the tokens per step a draft pair '
+                             'needs, (t_verify(k) + k * t_draft) / t_step')
     parser.add_argument('--ttft', metavar='HISTORIES',
                         help='measure time to first token instead of steps: per history length '
                              '(comma-separated, e.g. 512,2048,16384) a cold prefill of history '
@@ -120,10 +143,15 @@ def plan_from_args(args, parser: argparse.ArgumentParser) -> Plan:
             json_schema(schema)
     except (OSError, ConstraintError) as exc:
         parser.error(f'--json-schema: {exc}')
+    try:
+        verify_ks = protocol.parse_list(args.verify_k, int) if args.verify_k else ()
+    except ValueError:
+        parser.error(f'--verify-k must be comma-separated integers; got {args.verify_k!r}')
     plan = Plan(model=args.model, modes=modes, contexts=contexts, steps=args.steps,
                 warmup=args.warmup, sessions=args.sessions, device=args.device,
                 dtype=args.dtype, seed=args.seed, record_unavailable=args.record_unavailable,
-                output=OutputFormat(response_format=schema), tokenizer=args.tokenizer)
+                output=OutputFormat(response_format=schema), tokenizer=args.tokenizer,
+                verify_ks=verify_ks, draft=args.draft)
     problems = plan.problems()
     if problems:
         parser.error('; '.join(problems))
@@ -196,6 +224,8 @@ def bench_main(argv=None) -> int:
     out = args.out or results.default_path(benchmark.target, plan.model)
     json_path, csv_path = results.write(doc, out)
     print(table(doc['cells']))
+    if plan.verify_ks:
+        print(verify_table(doc['cells']))
     for entry in doc['unavailable']:
         print(f'unavailable: {entry["mode"]}: {entry["reason"]}')
     target = doc['target']

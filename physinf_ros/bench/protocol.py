@@ -22,6 +22,17 @@ work (advance by the last token, fill the next mask) and decoder.step(), as a co
 pays them; the mask's own time is kept too. A reply that completes its schema starts another
 (outside the timed interval); random weights walk the grammar as any tokens would.
 
+A speculative plan (`verify_ks`) also times verify steps in each session, after the free steps
+and at the position they reached: for each k, decoder.verify of k arbitrary drafted token ids
+(the pending token and them, k + 1 rows, one forward; graphed: its own CUDA graph, captured in
+the warm-up), then the greedy choice of every row read on the host (speculative.accept_greedy,
+as a verify step's acceptance reads it, so the interval ends when the device has finished), then
+decoder.rewind back to the same position, outside the timing, so each repeat verifies the same
+positions. The plain step is the protocol's step above: t_verify(k) / t_step is what a verify of
+k drafted tokens costs in plain steps, the reply tokens per verify step it must average to pay
+off. With a draft model (`draft`), each session also times the draft model's plain steps at the
+same context and prompt (its cost per proposed token).
+
 A stack matrix asks for modes that may not run on every machine. With `record_unavailable`, a
 mode whose stack cannot run here (package missing, no CUDA) or whose load or session fails is
 given to the listener as unavailable with the reason, and the run goes on with the others.
@@ -39,6 +50,7 @@ from ..engine import check_backend, Decoder, Engine, EngineError, load, Sampling
 from ..engine.decoders import backends
 from ..engine.decoders.stacks import missing
 from ..engine.device import pick_device
+from ..engine.speculative import accept_greedy, MAX_DRAFT
 from ..measurement.stats import bootstrap_ratio_ci, percentile
 from ..structured import compile_constraint, OutputFormat, Vocabulary
 
@@ -67,6 +79,8 @@ class Plan:
     record_unavailable: bool = False   # a mode that cannot run is recorded, not fatal
     output: OutputFormat = OutputFormat()   # constrained steps too, where set
     tokenizer: str = ''   # for a constrained plan on weights without one (synthetic:)
+    verify_ks: Tuple[int, ...] = ()   # drafted tokens per timed verify step (none: no verify)
+    draft: str = ''   # a draft model whose plain steps are timed too (a speculative plan)
 
     def problems(self) -> List[str]:
         """Return why this plan cannot run (empty when it can)."""
@@ -82,6 +96,12 @@ class Plan:
             wrong.append(f'contexts must be positive token counts; got {list(self.contexts)}')
         if self.output.constrained and self.output.tools.strip():
             wrong.append('a constrained plan takes a JSON schema or a grammar, not tools')
+        if any(not 1 <= k <= MAX_DRAFT for k in self.verify_ks) or \
+                len(set(self.verify_ks)) != len(self.verify_ks):
+            wrong.append(f'verify k must be distinct drafted-token counts from 1 to {MAX_DRAFT}; '
+                         f'got {list(self.verify_ks)}')
+        if self.draft and not self.verify_ks:
+            wrong.append('a draft model is timed only beside verify steps: give verify k')
         if self.steps < 1 or self.warmup < 0 or self.sessions < 1:
             wrong.append(f'need steps >= 1, warmup >= 0 and sessions >= 1; got steps '
                          f'{self.steps}, warmup {self.warmup}, sessions {self.sessions}')
@@ -100,7 +120,9 @@ class Plan:
 
     def max_context(self, ctx: int) -> int:
         """KV cache size for a cell: the prompt, every step, and the room step() keeps free."""
-        return ctx + self.warmup + self.steps + 1
+        # A speculative plan steps once more (for the pending token) and verifies k + 1 rows.
+        verify = max(self.verify_ks) + 2 if self.verify_ks else 0
+        return ctx + self.warmup + self.steps + 1 + verify
 
     def families(self) -> List[Tuple[str, ...]]:
         """Group the modes by the weights they share, in the order they were given."""
@@ -122,6 +144,8 @@ class Session:
     step_ms: List[float]
     constrained_ms: List[float] = field(default_factory=list)   # a constrained plan's steps
     mask_us: List[float] = field(default_factory=list)   # their host grammar work
+    verify_ms: Dict[int, List[float]] = field(default_factory=dict)   # by drafted tokens k
+    draft_ms: List[float] = field(default_factory=list)   # the draft model's plain steps
 
     @property
     def median_ms(self) -> float:
@@ -173,6 +197,17 @@ class Cell:
     @property
     def mask_samples(self) -> List[float]:
         return [us for s in self.sessions for us in s.mask_us]
+
+    @property
+    def verify_ks(self) -> List[int]:
+        return sorted({k for s in self.sessions for k in s.verify_ms})
+
+    def verify_samples(self, k: int) -> List[float]:
+        return [ms for s in self.sessions for ms in s.verify_ms.get(k, [])]
+
+    @property
+    def draft_samples(self) -> List[float]:
+        return [ms for s in self.sessions for ms in s.draft_ms]
 
 
 def compare(baseline: Cell, cell: Cell) -> Comparison:
@@ -275,10 +310,48 @@ def constrained_session(decoder: Decoder, ids: Sequence[int], plan: Plan,
     return steps, masks
 
 
+def verify_session(decoder: Decoder, plan: Plan, vocab: int, slot: int,
+                   stop: Callable[[], bool] = lambda: False) -> Dict[int, List[float]]:
+    """Time plan.steps verify steps per k of plan.verify_ks where decoder stands; ms by k."""
+    if not hasattr(decoder, 'verify'):
+        raise EngineError(f'backend {decoder.info.backend} cannot verify drafts: a speculative '
+                          'plan needs backend eager or graphed')
+    token = decoder.step()   # the pending token each verify feeds first, and rewinds to
+    position = decoder.position
+    drafts = prompt_ids(vocab, MAX_DRAFT, plan.seed, slot)   # arbitrary drafted ids
+    timed = {}
+    for k in plan.verify_ks:
+        draft, samples = drafts[:k], []
+        # At least one warm-up: a graphed decoder captures the k-token verify at its first use.
+        warmup = max(1, plan.warmup)
+        gc.disable()
+        try:
+            for index in range(warmup + plan.steps):
+                if stop():
+                    raise Stopped()
+                start = time.perf_counter()
+                accept_greedy(decoder.verify(draft), draft)   # reads the rows: device done
+                if index >= warmup:
+                    samples.append((time.perf_counter() - start) * 1000.0)
+                decoder.rewind(position, token)
+        finally:
+            gc.enable()
+        timed[k] = samples
+    return timed
+
+
+def draft_session(draft: Engine, mode: str, ids: Sequence[int], plan: Plan,
+                  stop: Callable[[], bool], log: Callable[[str], None]) -> List[float]:
+    """Time the draft model's plain steps on a fresh decoder of its own after prefilling ids."""
+    draft.renew(mode, log=log, max_context=plan.max_context(len(ids)))
+    return timed_session(draft.decoder, ids, plan, stop=stop)[1]
+
+
 def run_session(engine: Engine, plan: Plan, mode: str, ctx: int, slot: int,
                 on_step: Callable[[float], None], stop: Callable[[], bool],
                 log: Callable[[str], None],
-                new_constraint: Optional[Callable[[], object]] = None) -> Tuple[str, Session]:
+                new_constraint: Optional[Callable[[], object]] = None,
+                draft: Optional[Engine] = None) -> Tuple[str, Session]:
     """Start a fresh decoder, prefill ctx tokens, warm up, measure; return (backend, session)."""
     if stop():
         raise Stopped()
@@ -287,10 +360,25 @@ def run_session(engine: Engine, plan: Plan, mode: str, ctx: int, slot: int,
     ids = prompt_ids(vocab_size(engine), ctx, plan.seed, slot)
     prefill_ms, samples = timed_session(decoder, ids, plan, on_step, stop)
     session = Session(slot, prefill_ms, samples)
+    if plan.verify_ks:
+        session.verify_ms = verify_session(decoder, plan, vocab_size(engine), slot, stop)
+    if draft is not None:
+        session.draft_ms = draft_session(draft, mode, ids, plan, stop, log)
     if new_constraint is not None:
         session.constrained_ms, session.mask_us = constrained_session(
             decoder, ids, plan, new_constraint, stop)
     return decoder.info.backend, session
+
+
+def load_draft(engine: Engine, plan: Plan, mode: str, log: Callable[[str], None]) -> Engine:
+    """Load plan.draft beside engine for mode; EngineError unless it shares the vocabulary."""
+    draft = load(plan.draft, mode, plan.device, plan.dtype, plan.max_context(plan.contexts[0]),
+                 log=log)
+    if vocab_size(draft) != vocab_size(engine):
+        raise EngineError(f'draft model {plan.draft} has a vocabulary of {vocab_size(draft)} '
+                          f'tokens, {plan.model} {vocab_size(engine)}: a draft must share the '
+                          "model's tokenizer")
+    return draft
 
 
 def constraint_factory(engine: Engine, plan: Plan) -> Optional[Callable[[], object]]:
@@ -355,6 +443,7 @@ def run(plan: Plan, listener: Listener = Listener(), stop: Callable[[], bool] = 
             continue
         listener.loaded(engine)
         new_constraint = constraint_factory(engine, plan)
+        draft = load_draft(engine, plan, runnable[0], log) if plan.draft else None
         for ctx in plan.contexts:
             here = {mode: Cell(mode, mode, ctx) for mode in runnable}
             for slot in range(plan.sessions):
@@ -366,7 +455,7 @@ def run(plan: Plan, listener: Listener = Listener(), stop: Callable[[], bool] = 
                         backend, session = run_session(
                             engine, plan, mode, ctx, slot,
                             lambda ms, mode=mode: listener.step(mode, ctx, ms), stop, log,
-                            new_constraint)
+                            new_constraint, draft)
                     except Exception as exc:   # noqa: B902 - recorded per mode, or raised again
                         give_up(mode, exc)
                         continue
@@ -381,7 +470,7 @@ def run(plan: Plan, listener: Listener = Listener(), stop: Callable[[], bool] = 
                     cell.comparison = compare(cells[plan.baseline, ctx], cell)
                 listener.cell(cell, engine)
         # Free this family's weights before the next family loads its own.
-        del engine
+        del engine, draft
         gc.collect()
         _empty_device_cache()
     return [cells[mode, ctx] for mode in plan.modes for ctx in plan.contexts
@@ -419,4 +508,15 @@ def describe(plan: Plan) -> Dict[str, object]:
                             '(advance by the last token, fill the next mask: mask_us) and '
                             'decoder.step(); constrained_ratio_p50 / _p99: constrained step '
                             'p50 / p99 over the free step p50 / p99',
+        'verify_ks': list(plan.verify_ks) or None, 'draft_model': plan.draft or None,
+        'verify_step': 'a speculative plan: per session, after the free steps, one more step '
+                       '(the pending token), then per k a warm-up (at least one: the graph '
+                       'capture) and measured verify steps of k arbitrary drafted ids, each '
+                       'timed around decoder.verify and the greedy choice of its k + 1 rows read '
+                       'on the host, then rewound (untimed) to the same position',
+        'verify_ratio': 't_verify(k) / t_step: verify p50 over the free step p50 of the cell; '
+                        'break_even_tokens_per_step: the same number, the reply tokens a '
+                        'verify step of k drafted tokens must average to beat plain steps',
+        'draft_break_even': 'with a draft model: (t_verify(k) + k * t_draft) / t_step, t_draft '
+                            "the draft model's plain step p50 at the same context",
     }

@@ -262,6 +262,31 @@ def _cells_table(cells: Sequence[dict]) -> List[str]:
     return lines
 
 
+def verify_lines(cells: Sequence[dict]) -> List[str]:
+    """Return the section of cells with verify steps (physinf-bench --verify-k), or nothing."""
+    speculative = [c for c in cells if c.get('verify')]
+    if not speculative:
+        return []
+    lines = ['## Speculative decoding: verify steps', '',
+             'Per cell, a verify step of k drafted tokens (k + 1 rows, one forward) against the '
+             'plain step (k 0): t_verify(k) / t_step is what it costs in plain steps, the reply '
+             'tokens per verify step it must average to pay off. With a draft model, the pair '
+             'pays off at (t_verify(k) + k * t_draft) / t_step tokens per step.', '',
+             '| model | target | mode (ran as) | ctx | k | ms p50 | ms p99 | '
+             't_verify(k) / t_step = break-even tokens/step | draft model | draft ms p50 | '
+             'pair break-even |',
+             '|---|---|---|---|---|---|---|---|---|---|---|']
+    for c in speculative:
+        ran = c['mode'] if c['backend'] == c['mode'] else f'{c["mode"]} ({c["backend"]})'
+        for row in c['verify']:
+            lines.append(
+                f'| {c["model"]} | {c["label"]} | {ran} | {c["ctx"]} | {row["k"]} | '
+                f'{_fmt(row["ms_p50"])} | {_fmt(row["ms_p99"])} | {_fmt(row["ratio"])} | '
+                f'{c.get("draft_model") or "-"} | {_fmt(c.get("draft_step_ms_p50"))} | '
+                f'{_fmt(row["draft_break_even_tokens_per_step"])} |')
+    return lines + ['']
+
+
 def _read(files: Sequence[Path]) -> Tuple[List[Path], List[dict], List[dict], List[dict]]:
     # physinf-bench files (steps or --ttft) and physinf-attention files, told apart by their
     # schema.
@@ -314,8 +339,8 @@ def render(files: Sequence[Path], out_dir: Path) -> Path:
              'with t_floor = (W + K) / B_peak. Targets marked "B measured" had no datasheet '
              'entry: their B_peak is a measured device-copy bandwidth.', '',
              '## Sources', ''] + _sources_table(docs, files) + [
-             '', '## Cells', ''] + _cells_table(cells) + [''] + _matrix_lines(
-                 docs, cells, attention, out_dir) + ttft.report_lines(first_tokens) + [
+             '', '## Cells', ''] + _cells_table(cells) + [''] + verify_lines(cells) + \
+        _matrix_lines(docs, cells, attention, out_dir) + ttft.report_lines(first_tokens) + [
                  '## Plots', '']
     captions = {'r_floor': 'R_floor by context', 'ladder': 'ms per step by target (ladder)',
                 'speedup': 'speedup with 95% CI', 'cost': 'cost per million tokens'}

@@ -24,12 +24,17 @@ import torch
 
 from .protocol import Cell
 from ..engine.device import device_index
+from ..engine.speculative import MAX_DRAFT
 from ..measurement.roofline import cost_per_mtok, Floor, tokens_per_s
 from ..measurement.stats import percentile
 from ..measurement.targets import device_name, Target
 
 SCHEMA = 'physinf_ros.bench'
 SCHEMA_VERSION = 1
+# A speculative plan's columns: per drafted-token count k, the verify step's p50 and p99, its
+# ratio to the plain step, and (with a draft model) the tokens per step that pay for the pair.
+VERIFY_FIELDS = tuple(f'{name}_k{k}' for k in range(1, MAX_DRAFT + 1) for name in (
+    'verify_ms_p50', 'verify_ms_p99', 'verify_ratio', 'draft_break_even'))
 CSV_FIELDS = (
     'model', 'target', 'B_peak_gbs', 'bandwidth_measured', 'mode', 'backend', 'device', 'dtype',
     'ctx', 'sessions', 'steps', 'step_ms_p50', 'step_ms_p10', 'step_ms_p90', 't_floor_ms',
@@ -37,7 +42,7 @@ CSV_FIELDS = (
     'K_bytes', 'baseline', 'speedup', 'ci95_lo', 'ci95_hi', 'launch_fraction', 'prefill_ms_median',
     # The file's facts, repeated on every row so a row read alone still says where it came from.
     'schema_version', 'created_utc', 'gpu', 'gpu_driver', 'cpu', 'torch', 'transformers',
-    'physinf_ros_commit')
+    'physinf_ros_commit', 'draft_model', 'draft_step_ms_p50') + VERIFY_FIELDS
 
 
 def _finite(value):
@@ -88,7 +93,43 @@ def cell_record(cell: Cell, floor: Optional[Floor], target: Target, info) -> Dic
             'mask_us_p99': percentile(cell.mask_samples, 99),
             'constrained_step_ms': [s.constrained_ms for s in cell.sessions],
             'mask_us': [s.mask_us for s in cell.sessions]})
+    if cell.verify_ks:
+        record.update(verify_fields(cell, p50))
     return {key: _finite(value) for key, value in record.items()}
+
+
+def verify_fields(cell: Cell, step_p50: float) -> Dict[str, object]:
+    """
+    Return a speculative plan's fields of a cell: per k its verify step and the break-even.
+
+    'verify' lists k = 0 (the plain step, ratio 1 by definition) then each measured k: ms_p50,
+    ms_p99, ratio = t_verify(k) / t_step (p50s), break_even_tokens_per_step (the same number)
+    and, with a draft model, draft_break_even_tokens_per_step = (t_verify(k) + k * t_draft) /
+    t_step. The flat verify_*_k<k> fields carry them into the CSV.
+    """
+    draft = cell.draft_samples
+    t_draft = percentile(draft, 50) if draft else None
+    rows = [{'k': 0, 'rows': 1, 'ms_p50': step_p50, 'ms_p99': cell.percentile(99),
+             'ratio': 1.0, 'break_even_tokens_per_step': 1.0,
+             'draft_break_even_tokens_per_step': None}]
+    fields = {'step_ms_p99': cell.percentile(99)}
+    for k in cell.verify_ks:
+        samples = cell.verify_samples(k)
+        p50, p99 = percentile(samples, 50), percentile(samples, 99)
+        ratio = p50 / step_p50
+        paired = (p50 + k * t_draft) / step_p50 if t_draft is not None else None
+        rows.append({'k': k, 'rows': k + 1, 'ms_p50': p50, 'ms_p99': p99, 'ratio': ratio,
+                     'break_even_tokens_per_step': ratio,
+                     'draft_break_even_tokens_per_step': paired})
+        fields.update({f'verify_ms_p50_k{k}': p50, f'verify_ms_p99_k{k}': p99,
+                       f'verify_ratio_k{k}': ratio, f'draft_break_even_k{k}': paired})
+    fields.update({
+        'verify': rows,
+        'verify_ms': {str(k): [s.verify_ms[k] for s in cell.sessions] for k in cell.verify_ks}})
+    if draft:
+        fields.update({'draft_step_ms_p50': t_draft, 'draft_step_ms_p99': percentile(draft, 99),
+                       'draft_step_ms': [s.draft_ms for s in cell.sessions]})
+    return fields
 
 
 def model_facts(spec: str, info, floor: Optional[Floor]) -> Dict[str, object]:
