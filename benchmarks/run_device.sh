@@ -73,9 +73,10 @@
 #              --verify-k) of SPEC_PROFILE_MODELS (default the 8B and 1B shapes) at ctx 2048
 #   speculation physinf-bench --verify-k 1,2,4,8 (issue 54): verify steps of k drafted tokens
 #              against the plain step, graphed, ctx 2048, 3 sessions, on the 8B, its 4-bit copy,
-#              the 1B, and the 8B with the 1B as draft model; the embedded 135M at ctx 512, whose
-#              costs give benchmarks/speculation_acceptance.py's effective speed-up on the
-#              embedded model, graphed
+#              the 1B, and the 8B with the 1B as draft model
+#   specembedded the same on the embedded 135M at ctx 512, whose costs give
+#              benchmarks/speculation_acceptance.py's effective speed-up on the embedded model,
+#              graphed
 # Logs and results go to $OUT/work and come back as $OUT/results.tgz (the device tool returns
 # at most 8 files), with a short summary on stdout.
 set -uo pipefail
@@ -355,7 +356,9 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
       done
       TAIL=8 run verify_pair "${VERIFY_LIMIT:-50}" python3 -m physinf_ros.bench.cli \
         --model synthetic:llama-3.1-8b --draft synthetic:llama-3.2-1b --contexts 2048 \
-        "${verify[@]}" --out "$WORK/verify_llama-3.1-8b_draft_llama-3.2-1b.json"
+        "${verify[@]}" --out "$WORK/verify_llama-3.1-8b_draft_llama-3.2-1b.json";;
+    specembedded)
+      verify=(--modes graphed --sessions 3 --verify-k 1,2,4,8)
       TAIL=8 run verify_embedded 30 python3 -m physinf_ros.bench.cli --model embedded \
         --contexts 512 "${verify[@]}" --out "$WORK/verify_embedded.json"
       TAIL=10 run speculation_acceptance 60 python3 benchmarks/speculation_acceptance.py \
