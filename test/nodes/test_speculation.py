@@ -51,7 +51,7 @@ def harness(tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def replies():
-    """The replies of the tests below, by how they were made: compared across tests."""
+    """Keep the replies of the tests below, by how they were made, to compare across tests."""
     return {}
 
 
@@ -164,7 +164,7 @@ def test_reconfigured_without_speculation_it_gives_the_same_reply(harness, repli
     assert status['speculation'] == 'off' and status['last_acceptance'] == 'n/a'
 
 
-def test_a_backend_that_cannot_verify_fails_configure_saying_what_to_do(harness):
+def test_a_backend_or_draft_that_cannot_serve_fails_configure_saying_what_to_do(harness):
     assert transition(harness, Transition.TRANSITION_DEACTIVATE)
     assert transition(harness, Transition.TRANSITION_CLEANUP)
     assert harness.set_parameter('backend', 'hf').successful
@@ -176,8 +176,17 @@ def test_a_backend_that_cannot_verify_fails_configure_saying_what_to_do(harness)
     assert 'use backend eager or graphed, or set speculation off' in error['reason']
     status = latest(harness, 'diagnostics', lambda d: 'configure_error' in d, 'the failure')
     assert 'cannot verify drafts' in status['configure_error']
-    # Fixed, it configures and serves again.
     assert harness.set_parameter('backend', 'auto').successful
+    # A draft model that cannot load fails configure too, naming it.
+    assert harness.set_parameter('speculation', 'draft:/nonexistent/draft.gguf:2').successful
+    mark = harness.probe.mark()
+    assert not transition(harness, Transition.TRANSITION_CONFIGURE)
+    error = next(e for e in harness.probe.since(mark, 'events') if e['event'] == 'error')
+    assert 'speculation draft:/nonexistent/draft.gguf:2: ' in error['reason']
+    assert '/nonexistent/draft.gguf' in error['reason'].split(': ', 2)[2]
+    assert 'fix the draft model or set speculation off' in error['reason']
+    # Fixed, it configures and serves again.
+    assert harness.set_parameter('speculation', f'ngram:{K}').successful
     assert transition(harness, Transition.TRANSITION_CONFIGURE)
     assert transition(harness, Transition.TRANSITION_ACTIVATE)
     end = finished(harness, harness.send('Say hello.'))
