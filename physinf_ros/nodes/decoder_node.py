@@ -287,7 +287,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
             f'configuring: loading model {s["model"]!r} (backend {s["backend"]}, device '
             f'{s["device"]}, dtype {s["dtype"]}, max_context {s["max_context"]})')
         try:
-            engine, proposer = self._load(s)
+            engine, speculation, proposer = self._load(s)
         except Exception as exc:  # noqa: B902 - any load failure leaves the node reconfigurable
             self.state = 'unconfigured'
             detail = str(exc) if isinstance(exc, EngineError) else f'{type(exc).__name__}: {exc}'
@@ -305,7 +305,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
         # The engine last: the diagnostics and the prompts read it as "configured".
         self._floor = LiveFloor(engine.decoder, log=self.get_logger().info)
         self._reuse = PrefixReuse()   # a new cache holds nothing yet
-        self._speculation, self._proposer = Speculation.parse(s['speculation']), proposer
+        self._speculation, self._proposer = speculation, proposer
         self._last_reply = None
         self._queue = RequestQueue(s['queue_size'])
         self.engine = engine
@@ -317,7 +317,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
         return TransitionCallbackReturn.SUCCESS
 
     def _load(self, s: Dict[str, Any]) -> tuple:
-        """Load the model and the speculation's proposer (a draft model loads beside it)."""
+        """Load the model, and the speculation's proposer (a draft model loads beside it)."""
         log = self.get_logger().info
         engine = load(s['model'], s['backend'], s['device'], s['dtype'], s['max_context'],
                       log=log)
@@ -343,7 +343,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
                 proposer.close()
             engine.close()
             raise
-        return engine, proposer
+        return engine, speculation, proposer
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         with self._serving:
