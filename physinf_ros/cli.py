@@ -6,6 +6,7 @@ import sys
 
 from .engine import (BACKEND_HELP, check_backend, EMBEDDED, EngineError, load, MODEL_SPEC_HELP,
                      Sampling)
+from .engine.speculative import make_proposer, MAX_DRAFT, Speculation
 from .structured import ConstraintError, OutputFormat
 
 
@@ -19,6 +20,14 @@ def backend_name(text: str) -> str:
     if reason:
         raise argparse.ArgumentTypeError(reason)
     return text
+
+
+def speculation_setting(text: str) -> Speculation:
+    """Read a speculation setting (argparse type); the reason when it is not one."""
+    try:
+        return Speculation.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -59,6 +68,12 @@ def generate_main(argv=None) -> int:
                        help='functions the model may call: a JSON array of OpenAI-style specs')
     parser.add_argument('--tool-choice', default='auto',
                         help='with --tools: auto, none, required or a function name')
+    parser.add_argument('--speculation', default=Speculation(), type=speculation_setting,
+                        metavar='off|ngram:K|draft:MODEL:K',
+                        help='speculative decoding: K tokens drafted per step (1 to '
+                        f'{MAX_DRAFT}) by prompt lookup (ngram) or by a smaller model of the '
+                        'same tokenizer (draft), verified in one step; greedy replies are the '
+                        'same as with off (default: off; needs backend eager or graphed)')
     args = parser.parse_args(argv)
     if args.temperature < 0 or not 0 < args.top_p <= 1 or args.max_new_tokens < 1:
         parser.error('need temperature >= 0, 0 < top-p <= 1 and max-new-tokens >= 1')
@@ -76,9 +91,10 @@ def generate_main(argv=None) -> int:
              f'loaded in {engine.load_s:.1f} s' + (f' ({info.note})' if info.note else ''))
         prompt_ids = engine.encode(args.prompt, not args.no_chat_template, args.system_prompt,
                                    output)
+        proposer = make_proposer(args.speculation, engine, _log)
         generation = engine.generate(prompt_ids, args.max_new_tokens,
                                      Sampling(args.temperature, args.top_p, args.seed),
-                                     output=output)
+                                     output=output, proposer=proposer)
         for piece in generation:
             sys.stdout.write(piece.text)
             sys.stdout.flush()
@@ -90,13 +106,24 @@ def generate_main(argv=None) -> int:
     _log(f'{generation.finish_reason}: {len(generation.token_ids)} tokens, '
          f'TTFT {generation.ttft_ms:.1f} ms, {generation.tokens_per_s:.1f} tokens/s'
          + (f' ({generation.detail})' if generation.detail else ''))
+    if args.speculation.on and generation.proposer is None:
+        _log(f'speculation {args.speculation} not used: a constrained reply does not speculate')
+    elif generation.proposer is not None:
+        drafted, accepted = generation.drafted_tokens, generation.accepted_tokens
+        _log(f'speculation {args.speculation}: {generation.tokens_per_step:.2f} tokens per step, '
+             f'{accepted} of {drafted} drafted tokens accepted'
+             + (f' ({accepted / drafted:.0%})' if drafted else ''))
     if args.json:
         print(json.dumps({
             'text': generation.text, 'token_ids': generation.token_ids,
             'step_ms': [round(x, 4) for x in generation.step_ms],
             'ttft_ms': round(generation.ttft_ms, 4), 'finish_reason': generation.finish_reason,
             'prompt_tokens': len(prompt_ids), 'tokens_per_s': round(generation.tokens_per_s, 3),
-            'tool_calls': tool_calls,
+            'tool_calls': tool_calls, 'speculation': str(args.speculation),
+            'tokens_per_step': round(generation.tokens_per_step, 3),
+            'verify_steps': generation.verify_steps,
+            'drafted_tokens': generation.drafted_tokens,
+            'accepted_tokens': generation.accepted_tokens,
             'backend': info.backend, 'device': info.device, 'dtype': info.dtype,
             'model': info.model}))
     return 0

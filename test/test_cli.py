@@ -4,6 +4,7 @@ import json
 import subprocess
 
 from installed import installed_command
+import pytest
 
 CLI = installed_command('physinf-generate', 'physinf_ros.cli')
 
@@ -72,3 +73,62 @@ def test_a_grammar_that_does_not_compile_is_a_clear_error(tmp_path):
     result = run('--prompt', 'Hi', '--device', 'cpu', '--grammar', str(path))
     assert result.returncode == 2
     assert 'grammar does not compile' in result.stderr and 'greeting' in result.stderr
+
+
+COPY = 'Repeat exactly: the quick brown fox jumps over the lazy dog.'
+
+
+def reply(*args):
+    # Later options win: a test may give its own --max-new-tokens.
+    result = run('--prompt', COPY, '--device', 'cpu', '--max-new-tokens', '24', '--json', *args)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
+
+
+@pytest.fixture(scope='module')
+def plain_reply():
+    return reply()[0]
+
+
+def test_without_speculation_every_step_makes_one_token(plain_reply):
+    assert plain_reply['speculation'] == 'off' and plain_reply['tokens_per_step'] == 1.0
+    assert plain_reply['verify_steps'] == plain_reply['drafted_tokens'] == 0
+
+
+def test_prompt_lookup_gives_the_greedy_reply_in_fewer_steps(plain_reply):
+    record, log = reply('--speculation', 'ngram:4')
+    assert record['text'] == plain_reply['text']
+    assert record['token_ids'] == plain_reply['token_ids']
+    assert record['speculation'] == 'ngram:4' and record['verify_steps'] > 0
+    assert 0 < record['accepted_tokens'] <= record['drafted_tokens'] <= 4 * record['verify_steps']
+    assert 1.0 < record['tokens_per_step'] <= 5
+    accepted = f"{record['accepted_tokens']} of {record['drafted_tokens']} drafted tokens accepted"
+    assert (f"speculation ngram:4: {record['tokens_per_step']:.2f} tokens per step, {accepted}"
+            in log)
+
+
+def test_a_draft_model_equal_to_the_model_has_every_drafted_token_accepted(plain_reply):
+    # The embedded model drafting for itself: its greedy drafts are the model's own choices.
+    # The reply ends at its length, before its end of sequence: no verify step keeps tokens
+    # past the end (drafts are cut to the tokens left), so every drafted token is handed out.
+    record, log = reply('--speculation', 'draft:embedded:3', '--max-new-tokens', '8')
+    assert record['token_ids'] == plain_reply['token_ids'][:8]
+    assert record['finish_reason'] == 'length' and record['verify_steps'] > 0
+    assert record['accepted_tokens'] == record['drafted_tokens'] > 0
+    assert 'speculation draft:embedded:3: ' in log
+
+
+@pytest.mark.parametrize('value, words', [
+    ('ngram:9', "speculation 'ngram:9': K must be an integer from 1 to 8"),
+    ('draft:3', "speculation 'draft:3': use off, ngram:K or draft:MODEL:K"),
+])
+def test_a_bad_speculation_is_refused_with_its_reason(value, words):
+    result = run('--prompt', 'Hi', '--speculation', value)
+    assert result.returncode == 2 and words in result.stderr
+
+
+def test_a_backend_that_cannot_verify_drafts_is_a_clear_error():
+    result = run('--prompt', 'Hi', '--device', 'cpu', '--backend', 'hf', '--speculation',
+                 'ngram:2')
+    assert result.returncode == 2
+    assert 'backend hf cannot verify drafts' in result.stderr

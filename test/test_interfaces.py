@@ -20,7 +20,8 @@ GOAL = {'prompt': 'string', 'messages': 'sequence<physinf_ros_interfaces/ChatMes
         'tool_choice': 'string'}
 RESULT = {'text': 'string', 'finish_reason': 'string', 'detail': 'string', 'tokens': 'int32',
           'ttft_ms': 'double', 'tokens_per_s': 'double', 'prompt_tokens': 'int32',
-          'cached_tokens': 'int32', 'tool_calls': 'string'}
+          'cached_tokens': 'int32', 'tool_calls': 'string', 'tokens_per_step': 'double',
+          'drafted_tokens': 'int32', 'accepted_tokens': 'int32'}
 FEEDBACK = {'piece': 'string', 'tokens': 'int32', 'step_ms': 'double'}
 
 

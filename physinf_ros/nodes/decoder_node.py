@@ -43,6 +43,7 @@ from .entry import held_signals, spin_once
 from .goal_clients import GoalClients
 from .instance_claim import claim_name, NameTaken, NameWatch
 from ..engine import EngineError, load, Sampling
+from ..engine.speculative import make_proposer, Speculation
 from ..measurement.roofline import LiveFloor
 from ..measurement.stats import LatencyWindow, PrefixReuse, TokenIntervals
 from ..serving.params import (AUTOSTART, check, check_value, DECODER_PARAMS, output_format,
@@ -143,6 +144,28 @@ def _cancel_marked(goal_handle) -> Future:
     return marked
 
 
+def speculation_counts(generation) -> Dict[str, Any]:
+    """Return a reply's speculation figures, as its finished event and goal result give them."""
+    return {'tokens_per_step': round(generation.tokens_per_step, 3),
+            'verify_steps': generation.verify_steps,
+            'drafted_tokens': generation.drafted_tokens,
+            'accepted_tokens': generation.accepted_tokens}
+
+
+def acceptance(counts: Dict[str, Any]) -> Optional[float]:
+    """Return the fraction of drafted tokens the model kept; None when nothing was drafted."""
+    drafted = counts['drafted_tokens']
+    return counts['accepted_tokens'] / drafted if drafted else None
+
+
+def speculation_summary(counts: Dict[str, Any]) -> str:
+    """Say '2.31 tokens per step, 120 of 184 drafted tokens accepted (65%)', for logs."""
+    kept = acceptance(counts)
+    return (f"{counts['tokens_per_step']:.2f} tokens per step, {counts['accepted_tokens']} of "
+            f"{counts['drafted_tokens']} drafted tokens accepted"
+            + (f' ({kept:.0%})' if kept is not None else ''))
+
+
 def goal_settings(goal) -> Dict[str, Any]:
     """Return the live parameters a goal sets for its request; its defaults mean the node's."""
     fields = {'max_new_tokens': (goal.max_new_tokens, goal.max_new_tokens != 0),
@@ -195,6 +218,9 @@ class DecoderNode(LifecycleNodeMixin, Node):
 
         self.state = 'unconfigured'
         self.engine = None
+        self._proposer = None   # speculative decoding's drafts (None: speculation off)
+        self._speculation = Speculation()   # the setting configure made the proposer for
+        self._last_reply = None   # the last decoded request's speculation counts
         self._floor: Optional[LiveFloor] = None
         self._queue: Optional[RequestQueue] = None
         self._worker: Optional[threading.Thread] = None
@@ -228,6 +254,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
                             qos_profile=SERVICES_QOS, callback_group=cancels)
         self.diagnostics = Updater(self, lambda array: self._publish(self._diag_pub, array))
         self.diagnostics.add(self._decoder_status)
+        self.diagnostics.add(self._speculation_status)
         self.create_timer(1.0, self.diagnostics.update)
         self._goals: Dict[str, Request] = {}   # by goal id, from acceptance to their end
         self._executing = Executing()
@@ -260,8 +287,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
             f'configuring: loading model {s["model"]!r} (backend {s["backend"]}, device '
             f'{s["device"]}, dtype {s["dtype"]}, max_context {s["max_context"]})')
         try:
-            engine = load(s['model'], s['backend'], s['device'], s['dtype'], s['max_context'],
-                          log=self.get_logger().info)
+            engine, speculation, proposer = self._load(s)
         except Exception as exc:  # noqa: B902 - any load failure leaves the node reconfigurable
             self.state = 'unconfigured'
             detail = str(exc) if isinstance(exc, EngineError) else f'{type(exc).__name__}: {exc}'
@@ -279,6 +305,8 @@ class DecoderNode(LifecycleNodeMixin, Node):
         # The engine last: the diagnostics and the prompts read it as "configured".
         self._floor = LiveFloor(engine.decoder, log=self.get_logger().info)
         self._reuse = PrefixReuse()   # a new cache holds nothing yet
+        self._speculation, self._proposer = speculation, proposer
+        self._last_reply = None
         self._queue = RequestQueue(s['queue_size'])
         self.engine = engine
         self._worker_stop.clear()
@@ -287,6 +315,35 @@ class DecoderNode(LifecycleNodeMixin, Node):
         self._worker.start()
         self.state = 'inactive'
         return TransitionCallbackReturn.SUCCESS
+
+    def _load(self, s: Dict[str, Any]) -> tuple:
+        """Load the model, and the speculation's proposer (a draft model loads beside it)."""
+        log = self.get_logger().info
+        engine = load(s['model'], s['backend'], s['device'], s['dtype'], s['max_context'],
+                      log=log)
+        speculation = Speculation.parse(s['speculation'])
+        proposer = None
+        try:
+            if speculation.kind == 'draft':
+                log(f'speculation {speculation}: loading the draft model')
+            try:
+                proposer = make_proposer(speculation, engine, log)
+            except EngineError as exc:
+                raise EngineError(f'speculation {speculation}: {exc}; fix the draft model or '
+                                  'set speculation off') from None
+            try:
+                # Engine.generate refuses a backend that cannot verify drafts: ask it now, with
+                # nothing to decode, so that configure fails rather than every request.
+                engine.generate([], 0, proposer=proposer)
+            except EngineError as exc:
+                raise EngineError(f'speculation {speculation}: {exc}; use backend eager or '
+                                  'graphed, or set speculation off') from None
+        except BaseException:
+            if proposer is not None:
+                proposer.close()
+            engine.close()
+            raise
+        return engine, speculation, proposer
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         with self._serving:
@@ -330,9 +387,12 @@ class DecoderNode(LifecycleNodeMixin, Node):
             self._worker.join(timeout=10.0)
             self._worker = None
         engine, self.engine, self._floor, self._queue = self.engine, None, None, None
+        proposer, self._proposer = self._proposer, None
         if engine is None:
             return
         before = engine.memory_allocated()
+        if proposer is not None:
+            proposer.close()   # a draft model's engine
         engine.close()
         after = engine.memory_allocated()
         self.get_logger().info('model released' + (
@@ -559,7 +619,10 @@ class DecoderNode(LifecycleNodeMixin, Node):
             tokens_per_s=outcome.get('tokens_per_s', 0.0),
             prompt_tokens=len(request.prompt_ids),
             cached_tokens=outcome.get('cached_tokens', 0),
-            tool_calls=json.dumps(outcome.get('tool_calls', [])))
+            tool_calls=json.dumps(outcome.get('tool_calls', [])),
+            tokens_per_step=outcome.get('tokens_per_step', 0.0),
+            drafted_tokens=outcome.get('drafted_tokens', 0),
+            accepted_tokens=outcome.get('accepted_tokens', 0))
 
     def _cancel_goal(self, goal_handle) -> CancelResponse:
         request = self._goals.get(str(uuid.UUID(bytes=bytes(goal_handle.goal_id.uuid))))
@@ -665,7 +728,8 @@ class DecoderNode(LifecycleNodeMixin, Node):
         self.engine.decoder.reuse_prefix = self._settings['kv_keep_sequences'] > 0
         generation = self.engine.generate(
             request.prompt_ids, request.max_new_tokens, request.sampling,
-            cancelled=lambda: request.cancelled, constraint=request.constraint)
+            cancelled=lambda: request.cancelled, constraint=request.constraint,
+            proposer=self._proposer)
         self._intervals.start()
         # The loop launches the next steps before it hands out a piece (engine/generate.py):
         # everything here overlaps the device's work.
@@ -679,6 +743,8 @@ class DecoderNode(LifecycleNodeMixin, Node):
                 self._publish(self._latency_pub, Float64(data=piece.step_ms))
         self._last_ttft_ms = generation.ttft_ms
         self._reuse.add(len(request.prompt_ids), generation.cached_tokens)
+        speculation = speculation_counts(generation)
+        self._last_reply = speculation
         # One story per request: from here a cancel is refused (its caller told there is nothing
         # to cancel), and one accepted before now ends the request cancelled, even one that came
         # after the engine's last look (its reply then whole, and its detail says both).
@@ -699,12 +765,14 @@ class DecoderNode(LifecycleNodeMixin, Node):
                   ttft_ms=round(generation.ttft_ms, 3),
                   tokens_per_s=round(generation.tokens_per_s, 2),
                   prompt_tokens=len(request.prompt_ids), cached_tokens=generation.cached_tokens,
-                  **extra)
+                  **speculation, **extra)
         self.get_logger().info(
             f'request {request.id} finished ({reason}): '
             f'{len(generation.token_ids)} tokens, TTFT {generation.ttft_ms:.1f} ms '
             f'({generation.cached_tokens} of {len(request.prompt_ids)} prompt tokens cached), '
-            f'{generation.tokens_per_s:.1f} tokens/s')
+            f'{generation.tokens_per_s:.1f} tokens/s'
+            + (f', {speculation_summary(speculation)}' if generation.proposer is not None
+               else ''))
 
     def _publish(self, publisher, msg) -> None:
         publish_guarded(self, publisher, msg, self._stopping)
@@ -746,6 +814,19 @@ class DecoderNode(LifecycleNodeMixin, Node):
                        f'{state}, {values["backend"]} on {values["device"]}'
                        + (f': configure failed: {self.configure_error}' if failed else ''),
                        values, str(values['device']))]
+
+    def _speculation_status(self) -> List[DiagnosticStatus]:
+        # The setting in use (the parameter's value until configured) and the last reply's take.
+        setting = (self._speculation if self.engine is not None
+                   else Speculation.parse(self._settings['speculation']))
+        values = {'speculation': str(setting)}
+        last = self._last_reply
+        if last is not None:
+            values.update({f'last_{k}': v for k, v in last.items()})
+            values['last_acceptance'] = acceptance(last)
+        message = str(setting) if last is None or not setting.on \
+            else f'{setting}: last reply {speculation_summary(last)}'
+        return [status('speculation', DiagnosticStatus.OK, message, values)]
 
     def stop_on_signal(self, executor) -> None:
         """

@@ -12,6 +12,7 @@ from typing import Any, Mapping, Optional, Tuple
 from .prompts import check_system_prompt
 from ..engine import BACKEND_HELP, check_backend, EMBEDDED, MODEL_SPEC_HELP
 from ..engine.device import DTYPES
+from ..engine.speculative import MAX_DRAFT, Speculation
 from ..structured import check_output, ConstraintError, OutputFormat
 from ..structured.constraint import json_schema
 
@@ -69,6 +70,12 @@ DECODER_PARAMS = (
           'prompt that shares a prefix with it (a follow-up turn, the same system prompt) '
           'prefills only what follows; 0 prefills every prompt from position 0.',
           low=0, high=1),
+    Param('speculation', 'off',
+          'Speculative decoding: off; ngram:K (K tokens drafted per step by looking up the '
+          "sequence's last tokens earlier in the prompt and reply); or draft:MODEL:K (K drafted "
+          'by a smaller model of the same tokenizer, loaded at configure beside the model). '
+          f'K from 1 to {MAX_DRAFT}. Greedy replies are the same as with off; needs backend '
+          'eager or graphed; constrained replies do not speculate.', read_only=True),
     Param('queue_size', 8, 'Prompts that may wait while one is decoded; more are rejected.',
           read_only=True, low=1, high=10000),
     Param('response_format', '',
@@ -145,8 +152,13 @@ def check_value(param: Param, value: Any) -> Optional[str]:
     name = param.name
     if type(value) is not type(param.default):
         # ROS reads `-p top_p:=1` and `param set ... top_p 1` as integers: say how to write it.
-        hint = (f' (write {float(value)!r}: ROS reads {value!r} as an integer)'
-                if type(param.default) is float and type(value) is int else '')
+        hint = ''
+        if type(param.default) is float and type(value) is int:
+            hint = f' (write {float(value)!r}: ROS reads {value!r} as an integer)'
+        elif type(param.default) is str and type(value) is bool:
+            # speculation:=off arrives as false: YAML reads off, on, yes and no as booleans.
+            hint = (' (quote it: ROS reads an unquoted off, on, yes, no, true or false as a '
+                    'boolean)')
         return (f'{name} must be {_KINDS[type(param.default)]}, '
                 f'got {_KINDS.get(type(value), type(value).__name__)} {value!r}{hint}')
     if param.choices and value not in param.choices:
@@ -157,6 +169,11 @@ def check_value(param: Param, value: Any) -> Optional[str]:
         return f'device must be auto, cpu, cuda or cuda:N; got {value!r}'
     if name == 'backend' and value != param.default:   # the benchmark's default '' is none
         return check_backend(value)
+    if name == 'speculation':
+        try:
+            Speculation.parse(value)
+        except ValueError as exc:
+            return str(exc)
     if name == 'model' and not value.strip():
         return 'model must not be empty (use "embedded" for the built-in model)'
     return None

@@ -107,9 +107,12 @@ class Probe(Node):
             self.times.append(time.monotonic())
 
     def _on_diagnostics(self, msg):
+        # The decoder's own status as 'diagnostics'; its other tasks' as 'diagnostics:NAME'.
         for status in msg.status:
-            if status.name.startswith(self.base + ':'):
-                self._record('diagnostics', {kv.key: kv.value for kv in status.values})
+            if status.name.startswith(self.base + ': '):
+                name = status.name[len(self.base) + 2:]
+                self._record('diagnostics' if name == 'decoder' else f'diagnostics:{name}',
+                             {kv.key: kv.value for kv in status.values})
 
     def mark(self):
         with self.lock:
