@@ -26,7 +26,8 @@ from typing import Dict, List, Optional, Sequence
 from physinf_ros.bench import results
 from physinf_ros.bench.protocol import parse_list
 from physinf_ros.engine import load
-from physinf_ros.engine.speculative import make_proposer, Speculation
+from physinf_ros.engine.loading import make_proposer
+from physinf_ros.engine.speculative import Speculation
 from physinf_ros.resources import config_path
 import yaml
 

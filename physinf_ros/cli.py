@@ -6,7 +6,8 @@ import sys
 
 from .engine import (BACKEND_HELP, check_backend, EMBEDDED, EngineError, load, MODEL_SPEC_HELP,
                      Sampling)
-from .engine.speculative import make_proposer, MAX_DRAFT, Speculation
+from .engine.loading import make_proposer
+from .engine.speculative import MAX_DRAFT, Speculation
 from .structured import ConstraintError, OutputFormat
 
 

@@ -71,6 +71,7 @@ class Generation:
         # speculative.PromptLookup or DraftModel (or None): drafts for Decoder.speculate.
         self.proposer = proposer if constraint is None else None
         self.verify_steps = 0     # steps of this reply that verified a draft
+        self.plain_steps = 0      # steps of a speculative reply with no draft
         self.drafted_tokens = 0
         self.accepted_tokens = 0  # drafted tokens the model kept
         self.token_ids: List[int] = []
@@ -88,8 +89,8 @@ class Generation:
 
     @property
     def tokens_per_step(self) -> float:
-        """Reply tokens per decode step (1 without speculation; the first token excluded)."""
-        steps = len(self.step_ms) - self.accepted_tokens
+        """Tokens handed out per decode step run (1 without speculation; the first excluded)."""
+        steps = self.verify_steps + self.plain_steps if self.proposer else len(self.step_ms)
         return len(self.step_ms) / steps if steps > 0 else 0.0
 
     @property
@@ -205,6 +206,7 @@ class Generation:
             self.accepted_tokens += len(tokens) - 1
         else:
             tokens = [decoder.step()]
+            self.plain_steps += 1
         share = (time.perf_counter() - start) * 1000.0 / len(tokens)
         return [(token, share) for token in tokens]
 

@@ -20,6 +20,7 @@ from .decoders.backends import (Build, check_name as check_backend, NATIVE, pick
 from .device import device_label, dtype_name, pick_device, pick_dtype
 from .generate import Generation
 from .kernels.config import KernelConfig
+from .speculative import DraftModel, PromptLookup, Speculation
 from .text import (encode_messages, encode_prompt, encode_text, encode_truncated,
                    load_tokenizer)
 from .weights.resolve import EMBEDDED, resolve
@@ -154,16 +155,21 @@ class Engine:
 
         constraint: output's grammar compiled already (constraint(output)), for a caller that
         checked it before the reply was due. proposer: speculative decoding's drafts
-        (speculative.make_proposer), used where the decoder verifies drafts and the reply is
+        (make_proposer), used where the decoder verifies drafts and the reply is
         not constrained.
         """
-        if proposer is not None and not hasattr(self.decoder, 'speculate'):
-            raise EngineError(f'backend {self.info.backend} cannot verify drafts: speculation '
-                              'needs backend eager or graphed')
+        if proposer is not None:
+            self.check_verifies()
         return Generation(self.decoder, self.tokenizer, self.stop_ids, prompt_ids,
                           max_new_tokens, sampling, cancelled,
                           constraint if constraint is not None else self.constraint(output),
                           proposer)
+
+    def check_verifies(self) -> None:
+        """Refuse speculation (EngineError) where this decoder cannot verify drafts."""
+        if not hasattr(self.decoder, 'speculate'):
+            raise EngineError(f'backend {self.info.backend} cannot verify drafts: speculation '
+                              'needs backend eager or graphed')
 
     def constraint(self, output: OutputFormat) -> Optional[Constraint]:
         """Compile output's grammar for this model (None: free text); ConstraintError if bad."""
@@ -213,3 +219,29 @@ def load(model: str = EMBEDDED, backend: str = 'auto', device: str = 'auto',
     decoder = chosen.make(shared, Build(info, torch_device, source, log, kernel_config, stack))
     return Engine(decoder, tokenizer, stop_token_ids(source, tokenizer), source,
                   time.perf_counter() - start, kernel_config)
+
+
+def make_proposer(speculation: Speculation, target: Engine,
+                  log: Callable[[str], None] = lambda _: None):
+    """
+    Return the proposer for a speculation setting beside target (None when off).
+
+    A backend that cannot verify drafts is refused before a draft model is loaded; a draft
+    model loads with target's backend, device, dtype and context, and must share its vocabulary.
+    """
+    if not speculation.on:
+        return None
+    target.check_verifies()
+    if speculation.kind == 'ngram':
+        return PromptLookup(speculation.k)
+    info = target.info
+    draft = load(speculation.draft_model, backend=info.backend, device=str(target.device),
+                 dtype=info.dtype, max_context=info.max_context, log=log)
+    vocab, draft_vocab = (target.decoder.step_facts().config.vocab_size,
+                          draft.decoder.step_facts().config.vocab_size)
+    if vocab != draft_vocab:
+        draft.close()
+        raise EngineError(f'draft model {speculation.draft_model} has a vocabulary of '
+                          f'{draft_vocab} tokens, the model {vocab}: a draft must share the '
+                          "model's tokenizer")
+    return DraftModel(draft, speculation.k)

@@ -70,7 +70,7 @@ def sample(logits: torch.Tensor, temperature: Number, top_p: Number,
 
 
 def probabilities(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    """The distribution sample draws from, for each row of logits [..., vocab] (float32)."""
+    """Return the distribution sample draws from, per row of logits [..., vocab] (float32)."""
     sorted_probs, order = _nucleus(logits, temperature, top_p)
     kept = torch.zeros_like(sorted_probs).scatter_(-1, order, sorted_probs)
     return kept / kept.sum(-1, keepdim=True)

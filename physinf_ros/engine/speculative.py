@@ -91,7 +91,7 @@ class PromptLookup:
         self.ngram_max = ngram_max
 
     def start(self, prompt_ids: Sequence[int], sampling: Sampling) -> None:
-        """A new reply: nothing to prepare (the sequence itself is the table)."""
+        """Start a reply: nothing to prepare (the sequence itself is the table)."""
 
     def propose(self, sequence: Sequence[int], k: int) -> List[int]:
         """Up to k tokens; [] when no n-gram of the sequence's end occurred before."""
@@ -170,7 +170,7 @@ class DraftModel:
 
 
 def accept_greedy(logits: torch.Tensor, draft: Sequence[int]) -> List[int]:
-    """The tokens kept from a verify's logits [k + 1, vocab] for draft [k], greedy."""
+    """Return the tokens kept from a verify's logits [k + 1, vocab] for draft [k], greedy."""
     choices = torch.argmax(logits[:len(draft) + 1], dim=-1).tolist()
     kept = []
     for drafted, chosen in zip(draft, choices):
@@ -183,7 +183,7 @@ def accept_greedy(logits: torch.Tensor, draft: Sequence[int]) -> List[int]:
 def accept_sampled(logits: torch.Tensor, draft: Sequence[int], sampling: Sampling,
                    generator: Optional[torch.Generator] = None) -> List[int]:
     """
-    The tokens kept from a verify's logits [k + 1, vocab] for a deterministic draft [k].
+    Return the tokens kept from a verify's logits [k + 1, vocab], deterministic draft [k].
 
     Each drafted token is kept with its probability under p; at the first rejection the next
     token is drawn from p without it (renormalised); after a whole draft, one from p_k.
@@ -210,23 +210,3 @@ def _draw(weights: torch.Tensor, generator: Optional[torch.Generator]) -> int:
     if not total > 0:
         raise EngineError('speculative sampling drew from an empty distribution')
     return int(torch.multinomial(weights / total, 1, generator=generator))
-
-
-def make_proposer(speculation: Speculation, target, log=lambda _: None):
-    """The proposer for a setting (None when off); a draft model is loaded beside target."""
-    if not speculation.on:
-        return None
-    if speculation.kind == 'ngram':
-        return PromptLookup(speculation.k)
-    from .loading import load   # a draft model is an engine of its own
-    info = target.info
-    draft = load(speculation.draft_model, backend=info.backend, device=str(target.device),
-                 dtype=info.dtype, max_context=info.max_context, log=log)
-    vocab, draft_vocab = (target.decoder.step_facts().config.vocab_size,
-                          draft.decoder.step_facts().config.vocab_size)
-    if vocab != draft_vocab:
-        draft.close()
-        raise EngineError(f'draft model {speculation.draft_model} has a vocabulary of '
-                          f'{draft_vocab} tokens, the model {vocab}: a draft must share the '
-                          "model's tokenizer")
-    return DraftModel(draft, speculation.k)

@@ -43,7 +43,8 @@ from .entry import held_signals, spin_once
 from .goal_clients import GoalClients
 from .instance_claim import claim_name, NameTaken, NameWatch
 from ..engine import EngineError, load, Sampling
-from ..engine.speculative import make_proposer, Speculation
+from ..engine.loading import make_proposer
+from ..engine.speculative import Speculation
 from ..measurement.roofline import LiveFloor
 from ..measurement.stats import LatencyWindow, PrefixReuse, TokenIntervals
 from ..serving.params import (AUTOSTART, check, check_value, DECODER_PARAMS, output_format,
@@ -327,17 +328,15 @@ class DecoderNode(LifecycleNodeMixin, Node):
             if speculation.kind == 'draft':
                 log(f'speculation {speculation}: loading the draft model')
             try:
+                engine.check_verifies()
+            except EngineError as exc:
+                raise EngineError(f'speculation {speculation}: {exc}; use backend eager or '
+                                  'graphed, or set speculation off') from None
+            try:
                 proposer = make_proposer(speculation, engine, log)
             except EngineError as exc:
                 raise EngineError(f'speculation {speculation}: {exc}; fix the draft model or '
                                   'set speculation off') from None
-            try:
-                # Engine.generate refuses a backend that cannot verify drafts: ask it now, with
-                # nothing to decode, so that configure fails rather than every request.
-                engine.generate([], 0, proposer=proposer)
-            except EngineError as exc:
-                raise EngineError(f'speculation {speculation}: {exc}; use backend eager or '
-                                  'graphed, or set speculation off') from None
         except BaseException:
             if proposer is not None:
                 proposer.close()

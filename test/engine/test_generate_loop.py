@@ -1,5 +1,6 @@
 """The overlapped generation loop on a scripted decoder: what is launched, read and discarded."""
 
+from types import SimpleNamespace
 from typing import List, Optional
 
 from physinf_ros.engine.base import (ContextFull, DeferredStep, LAUNCHED_AHEAD, Sampling,
@@ -115,3 +116,43 @@ def test_deferred_steps_give_the_same_reply_and_run_only_when_read(script):
     # A deferred step computes when it is read: none is computed and thrown away.
     assert plain_decoder.waited == list(range(1, len(plain_decoder.waited) + 1))
     assert len(plain.step_ms) == len(plain_decoder.waited)
+
+
+class KeepsEveryDraft:
+    """A decoder whose verify steps keep every drafted token, then choose 6."""
+
+    def __init__(self):
+        self.info = SimpleNamespace(max_context=1000)
+        self.position, self.reuse_prefix, self.cached_tokens = 0, True, 0
+
+    def prefill(self, ids, sampling, allowed=None):
+        self.position = len(ids)
+        return 5
+
+    def speculate(self, draft):
+        self.position += len(draft) + 1
+        return list(draft) + [6]
+
+    def step(self, token=None):
+        self.position += 1
+        return 6
+
+
+class DraftsUpToEos:
+    k = 3
+
+    def start(self, prompt_ids, sampling):
+        pass
+
+    def propose(self, sequence, k):
+        return [1, 2, EOS][:k]
+
+
+def test_tokens_per_step_counts_the_tokens_handed_out_per_step():
+    # The verify step kept 1, 2, EOS and chose 6: the reply ends at EOS, so 3 tokens came of
+    # its one step (6 and what a kept token would have been are never handed out).
+    generation = Generation(KeepsEveryDraft(), None, frozenset({EOS}), [7, 8, 9], 100,
+                            Sampling(), proposer=DraftsUpToEos())
+    assert [p.token_id for p in generation] == [5, 1, 2, EOS]
+    assert generation.verify_steps == 1 and len(generation.step_ms) == 3
+    assert generation.tokens_per_step == 3.0

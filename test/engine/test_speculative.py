@@ -3,11 +3,10 @@
 import math
 
 from known_prompts import ROBOT_PROMPTS
-from physinf_ros.engine import speculative
 from physinf_ros.engine.base import EngineError, Sampling
 from physinf_ros.engine.kernels import ops_torch
 from physinf_ros.engine.kernels.rows import RowOps
-from physinf_ros.engine.loading import load
+from physinf_ros.engine.loading import load, make_proposer
 from physinf_ros.engine.model import families
 from physinf_ros.engine.model.llama import KVCache
 from physinf_ros.engine.sampling import probabilities
@@ -153,7 +152,7 @@ def test_greedy_speculation_gives_the_reply_of_plain_decoding(embedded, prompt):
 
 
 def test_a_draft_model_of_the_same_weights_is_kept_whole(embedded):
-    proposer = speculative.make_proposer(Speculation.parse('draft:embedded:4'), embedded)
+    proposer = make_proposer(Speculation.parse('draft:embedded:4'), embedded)
     try:
         ids = embedded.encode(ROBOT_PROMPTS[1])
         plain = _reply(embedded, ids)
@@ -238,7 +237,7 @@ def test_backends_that_cannot_verify_refuse_a_proposer():
 def test_a_draft_model_of_another_vocabulary_is_refused(embedded, tmp_path):
     folder = save_tiny('llama-3.1-8b', tmp_path)   # 512 tokens, not 49152
     with pytest.raises(EngineError, match='vocabulary'):
-        speculative.make_proposer(Speculation.parse(f'draft:{folder}:4'), embedded)
+        make_proposer(Speculation.parse(f'draft:{folder}:4'), embedded)
 
 
 def test_verify_refuses_drafts_it_cannot_take(embedded):

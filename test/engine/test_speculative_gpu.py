@@ -13,7 +13,8 @@ import statistics
 from decode_checks import bf16_ulp, rel
 from known_prompts import ROBOT_PROMPTS
 from physinf_ros.engine import load, Sampling
-from physinf_ros.engine.speculative import make_proposer, PromptLookup, Speculation
+from physinf_ros.engine.loading import make_proposer
+from physinf_ros.engine.speculative import PromptLookup, Speculation
 import pytest
 import torch
 
