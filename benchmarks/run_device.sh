@@ -67,8 +67,9 @@
 #   ttft       physinf-bench --ttft: cold prefill and a 32-token turn after histories of 512 to
 #              16384 tokens, on TTFT_MODELS (default the 1B, the 8B and its 4-bit copy)
 #   constrained physinf-bench --json-schema: the 8B shape with a 128k tokenizer carried as
-#              .carry/tok128k (benchmarks/grammar_masks.py trains one) and the embedded 135M
-#              model, each with config/robot_schemas.yaml's "plan" schema, ctx 2048, graphed
+#              .carry/tok128k (benchmarks/grammar_masks.py trains one) and the embedded model's
+#              135M shape with its tokenizer carried as .carry/tok49k, each with
+#              config/robot_schemas.yaml's "plan" schema, ctx 2048, graphed
 #   specprofile the CUDA profiler over a plain step and a 4-token verify step (profile_step.py
 #              --verify-k) of SPEC_PROFILE_MODELS (default the 8B and 1B shapes) at ctx 2048
 #   speculation physinf-bench --verify-k 1,2,4,8 (issue 54): verify steps of k drafted tokens
@@ -336,9 +337,11 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
         --model synthetic:llama-3.1-8b --modes graphed --contexts 2048 --sessions 3 \
         --json-schema /tmp/plan.json --tokenizer "$STASH/tok128k" \
         --out "$WORK/constrained_llama-3.1-8b.json"
-      TAIL=10 run constrained_embedded "${BENCH_LIMIT:-200}" python3 -m physinf_ros.bench.cli \
-        --model embedded --modes graphed --contexts 2048 --sessions 3 \
-        --json-schema /tmp/plan.json --out "$WORK/constrained_embedded.json";;
+      [ -d .carry/tok49k ] && cp -r .carry/tok49k "$STASH"/
+      TAIL=10 run constrained_smollm2-135m "${BENCH_LIMIT:-200}" python3 -m physinf_ros.bench.cli \
+        --model synthetic:smollm2-135m --modes graphed --contexts 2048 --sessions 3 \
+        --json-schema /tmp/plan.json --tokenizer "$STASH/tok49k" \
+        --out "$WORK/constrained_smollm2-135m.json";;
     specprofile)
       for model in ${SPEC_PROFILE_MODELS:-synthetic:llama-3.1-8b synthetic:llama-3.2-1b}; do
         for k in 0 4; do
