@@ -5,6 +5,7 @@ check_output refuses what cannot be used (with the reason, before anything is de
 compile_constraint gives one reply its Constraint.
 """
 
+from functools import lru_cache
 from typing import Optional
 
 from . import tools
@@ -12,6 +13,9 @@ from .constraint import (Constraint, ConstraintError, JSON_OPTIONS, json_schema,
                          Vocabulary)
 
 
+# A request reads its format's tools for its prompt, its grammar and its tool calls: the JSON is
+# parsed once (the format is frozen, and nothing changes the functions made of it).
+@lru_cache(maxsize=64)
 def check_output(output: OutputFormat) -> tuple:
     """Return (functions, tool_choice) of an output format; ConstraintError if it is bad."""
     functions = tools.parse_tools(output.tools)
