@@ -243,8 +243,8 @@ class NativeDecoder:
         self._held, self._feeds, self._reply = list(token_ids[:keep]), None, self._reply + 1
         self._started = False
         ids = torch.tensor(list(token_ids[keep:]), dtype=torch.long, device=self.device)
-        logits = self.family.prefill(self.weights, self.cache, ids, self.cos, self.sin,
-                                     start=keep)
+        logits = families.prefill(self.family, self.weights, self.cache, ids, self.cos,
+                                  self.sin, start=keep)
         self.logits.copy_(logits)
         if allowed is not None:
             logits = mask_logits(logits, self._load_allowed())

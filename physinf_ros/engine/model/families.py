@@ -2,8 +2,8 @@
 The families our engine decodes: which module of model/ runs a config, and loading through it.
 
 config.FAMILIES maps each model_type to its module; each module offers the same functions
-(from_state_dict, rope_tables, prefill, prompt_logits, decode_layers and llama's KVCache), so
-the decoder, the loaders and the backend table reach every family through `module(config)`.
+(from_state_dict, rope_tables, prompt_logits, decode_layers and llama's KVCache), so the
+decoder, the loaders and the backend table reach every family through `module(config)`.
 """
 
 from pathlib import Path
@@ -14,7 +14,7 @@ import torch
 
 from . import gemma3, llama, phi3, qwen3, smollm3
 from .config import ARCHS, FAMILIES, ModelConfig
-from .llama import Weights
+from .llama import KVCache, Weights
 
 MODULES = {'llama': llama, 'qwen3': qwen3, 'smollm3': smollm3, 'phi3': phi3,
            'gemma3': gemma3}
@@ -24,6 +24,17 @@ SUPPORTED = ARCHS   # the model_types of config.json our engine decodes
 def module(config: ModelConfig) -> ModuleType:
     """Return the module of model/ that holds config's forward."""
     return MODULES[FAMILIES[config.model_type]]
+
+
+def prefill(family: ModuleType, w: Weights, cache: KVCache, ids: torch.Tensor,
+            cos: torch.Tensor, sin: torch.Tensor, start: int = 0) -> torch.Tensor:
+    """
+    Run prompt ids [n] from position start, fill the cache, return float32 logits [vocab].
+
+    start > 0 continues a sequence whose first start tokens' keys and values the cache holds
+    (where the family's REUSES_PREFIX allows it).
+    """
+    return family.prompt_logits(w, cache, ids, cos, sin, last_only=True, start=start)[0]
 
 
 def supported(hf: dict) -> Optional[str]:

@@ -23,7 +23,7 @@ from .llama import (_rotate, attend_prompt, gelu_gate_up, inverse_frequencies, K
                     rms_norm, StateReader, table, Weights)
 from ..weights.gptq import dense
 
-__all__ = ['decode_layers', 'from_state_dict', 'KVCache', 'prefill', 'prompt_logits',
+__all__ = ['decode_layers', 'from_state_dict', 'KVCache', 'prompt_logits',
            'rope_tables']
 
 LOCAL, GLOBAL = 0, 1   # rows of rope_tables
@@ -113,13 +113,6 @@ def embed_scale(config: ModelConfig, dtype: torch.dtype) -> float:
 
 
 REUSES_PREFIX = True   # a prefill may start after a prefix the cache holds (llama's)
-
-
-@torch.inference_mode()
-def prefill(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
-            sin: torch.Tensor, start: int = 0) -> torch.Tensor:
-    """Run a prompt ids [n] from position start, fill the cache, return float32 logits."""
-    return prompt_logits(w, cache, ids, cos, sin, last_only=True, start=start)[0]
 
 
 @torch.inference_mode()

@@ -5,10 +5,10 @@ The other families' files (qwen3.py, smollm3.py, phi3.py, gemma3.py) build on it
 
 In the manner of gpt-fast's model.py: the weights as plain tensors (QKV and gate/up fused), a
 static KV cache, and small pure functions; the config and tensor names are in config.py.
-`prefill` runs a prompt with PyTorch ops; `decode_one_token` is one batch-1 step written against
-an `ops` module (kernels/ops_torch.py on the CPU, kernels/ops_triton.py on CUDA) so the same step
-can be launched op by op or captured whole in a CUDA graph. The residual stream is kept in
-float32 whatever the weight dtype.
+`prompt_logits` runs a prompt with PyTorch ops; `decode_one_token` is one batch-1 step written
+against an `ops` module (kernels/ops_torch.py on the CPU, kernels/ops_triton.py on CUDA) so the
+same step can be launched op by op or captured whole in a CUDA graph. The residual stream is
+kept in float32 whatever the weight dtype.
 """
 
 from dataclasses import dataclass
@@ -319,17 +319,6 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 # Prefix reuse (a prefill from start > 0 over a cache that holds the sequence's first start
 # tokens) is exact for this family and those built on its prompt path.
 REUSES_PREFIX = True
-
-
-@torch.inference_mode()
-def prefill(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
-            sin: torch.Tensor, start: int = 0) -> torch.Tensor:
-    """
-    Run prompt ids [n] from position start, fill the cache, return float32 logits [vocab].
-
-    start > 0 continues a sequence whose first start tokens' keys and values the cache holds.
-    """
-    return prompt_logits(w, cache, ids, cos, sin, last_only=True, start=start)[0]
 
 
 @torch.inference_mode()

@@ -26,7 +26,7 @@ from .llama import (decode_layers as _decode, inverse_frequencies, KVCache,
                     prompt_logits as _logits, table, Weights)
 from ..weights import gptq
 
-__all__ = ['decode_layers', 'from_state_dict', 'KVCache', 'prefill', 'prompt_logits',
+__all__ = ['decode_layers', 'from_state_dict', 'KVCache', 'prompt_logits',
            'rope_tables']
 
 
@@ -124,18 +124,11 @@ REUSES_PREFIX = False
 
 
 @torch.inference_mode()
-def prefill(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
-            sin: torch.Tensor, start: int = 0) -> torch.Tensor:
-    """Run a prompt ids [n] from position 0 (start must be 0), return float32 logits."""
-    if start:
-        raise ValueError('phi3 prefills from position 0 only (REUSES_PREFIX is False)')
-    return prompt_logits(w, cache, ids, cos, sin, last_only=True)[0]
-
-
-@torch.inference_mode()
 def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
-                  sin: torch.Tensor, last_only: bool = False) -> torch.Tensor:
-    """Float32 logits [n, vocab] of every position of ids [n] (llama.prompt_logits)."""
+                  sin: torch.Tensor, last_only: bool = False, start: int = 0) -> torch.Tensor:
+    """Float32 logits [n, vocab] of every position of ids [n] from position 0 (start must be 0)."""
+    if start:
+        raise ValueError('phi3 prompts start at position 0 (REUSES_PREFIX is False)')
     kind = _long(w.config, ids.shape[0])
     return _logits(w, cache, ids, cos[kind], sin[kind], last_only)
 

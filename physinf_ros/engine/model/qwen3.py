@@ -16,7 +16,7 @@ from .llama import (_rotate, attend_prompt, finish, KVCache, Linear, rms_norm, r
                     silu_gate_up, StateReader, Weights)
 from ..weights.gptq import dense
 
-__all__ = ['decode_layers', 'from_state_dict', 'KVCache', 'prefill', 'prompt_logits',
+__all__ = ['decode_layers', 'from_state_dict', 'KVCache', 'prompt_logits',
            'rope_tables']
 
 
@@ -53,13 +53,6 @@ def from_state_dict(config: ModelConfig, state: Dict[str, torch.Tensor],
 
 
 REUSES_PREFIX = True   # a prefill may start after a prefix the cache holds (llama's)
-
-
-@torch.inference_mode()
-def prefill(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
-            sin: torch.Tensor, start: int = 0) -> torch.Tensor:
-    """Run a prompt ids [n] from position start, fill the cache, return float32 logits."""
-    return prompt_logits(w, cache, ids, cos, sin, last_only=True, start=start)[0]
 
 
 @torch.inference_mode()

@@ -14,7 +14,7 @@ from .config import ModelConfig
 from .llama import (decode_layers_by_table, from_state_dict, KVCache, prompt_logits_by_layer,
                     Weights)
 
-__all__ = ['decode_layers', 'from_state_dict', 'KVCache', 'prefill', 'prompt_logits',
+__all__ = ['decode_layers', 'from_state_dict', 'KVCache', 'prompt_logits',
            'rope_tables']
 
 
@@ -30,13 +30,6 @@ def _by_layer(config: ModelConfig, cos: torch.Tensor, sin: torch.Tensor) -> list
 
 
 REUSES_PREFIX = True   # a prefill may start after a prefix the cache holds (llama's)
-
-
-@torch.inference_mode()
-def prefill(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
-            sin: torch.Tensor, start: int = 0) -> torch.Tensor:
-    """Run a prompt ids [n] from position start, fill the cache, return float32 logits."""
-    return prompt_logits(w, cache, ids, cos, sin, last_only=True, start=start)[0]
 
 
 @torch.inference_mode()

@@ -108,16 +108,16 @@ def test_a_failed_prefill_leaves_only_the_kept_prefix_reusable(monkeypatch):
     other = engine.encode('What is two plus two?', system_prompt=SYSTEM)
     shared = reusable_prefix(prompt, other)
     reply(engine, prompt, max_new_tokens=8)
-    original = decoder.family.prefill
+    original = decoder.family.prompt_logits
 
-    def corrupting(weights, cache, ids, cos, sin, start=0):
+    def corrupting(weights, cache, ids, cos, sin, last_only=False, start=0):
         # Writes garbage where the new tokens go, as a forward that failed half-way might.
         cache.k[:, :, start:start + len(ids)] = 1e3
         raise RuntimeError('the forward failed')
-    monkeypatch.setattr(decoder.family, 'prefill', corrupting)
+    monkeypatch.setattr(decoder.family, 'prompt_logits', corrupting)
     with pytest.raises(RuntimeError):
         decoder.prefill(other, Sampling())
-    monkeypatch.setattr(decoder.family, 'prefill', original)
+    monkeypatch.setattr(decoder.family, 'prompt_logits', original)
     # The garbage is past the kept prefix: the retry keeps the prefix and recomputes the rest.
     retry = reply(engine, prompt)
     assert retry.cached_tokens == shared

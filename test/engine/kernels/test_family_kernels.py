@@ -107,7 +107,7 @@ def test_whole_step_of_each_family_matches_the_torch_path(name):
     caches = [KVCache.allocate(config, 64, DEVICE, torch.float32) for _ in range(2)]
     prompt = torch.arange(3, 24, device=DEVICE)
     for cache in caches:
-        family.prefill(weights, cache, prompt, cos, sin)
+        families.prefill(family, weights, cache, prompt, cos, sin)
     token = torch.tensor([5], device=DEVICE)
     ops = ops_triton.KernelOps(KernelConfig())   # as a decoder holds them
     for step in range(3):

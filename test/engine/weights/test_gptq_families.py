@@ -54,7 +54,7 @@ def test_packed_linears_step_like_the_dequantised_ones(tiny_gptq, ops):
     caches = [KVCache.allocate(config, 64, CPU, torch.float32) for _ in range(2)]
     prompt = torch.arange(3, 24)
     for weights, cache in zip((floats, packed), caches):
-        family.prefill(weights, cache, prompt, cos, sin)
+        families.prefill(family, weights, cache, prompt, cos, sin)
     for step in range(3):
         token = torch.tensor([5 + step])
         pos = torch.tensor([len(prompt) + step], dtype=torch.int32)
