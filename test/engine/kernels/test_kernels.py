@@ -3,9 +3,10 @@
 from physinf_ros.engine.kernels import ops_torch, ops_triton
 from physinf_ros.engine.kernels.config import KernelConfig
 from physinf_ros.engine.kernels.shapes import AttentionConfig, GemvConfig
+from physinf_ros.engine.model import families, llama
 from physinf_ros.engine.model.config import ModelConfig
 from physinf_ros.engine.model.llama import (decode_one_token, from_state_dict, fuse_gate_up,
-                                            gate_up_block, KVCache, prefill, rms_norm, rope_tables,
+                                            gate_up_block, KVCache, rms_norm, rope_tables,
                                             synthetic_state_dict)
 from poisoned_scratch import poison_scratch
 import pytest
@@ -159,7 +160,7 @@ def test_whole_step_matches_the_torch_path():
     caches = [KVCache.allocate(config, 64, DEVICE, torch.float32) for _ in range(2)]
     prompt = torch.arange(3, 12, device=DEVICE)
     for cache in caches:
-        prefill(weights, cache, prompt, cos, sin)
+        families.prefill(llama, weights, cache, prompt, cos, sin)
     token = torch.tensor([5], device=DEVICE)
     ops = ops_triton.KernelOps(KernelConfig())   # as a decoder holds them
     for step in range(4):
