@@ -147,6 +147,8 @@ def main(argv=None) -> int:
     parser.add_argument('--verify-costs', type=Path, metavar='RESULTS',
                         help='a physinf-bench --verify-k results file: t_verify(k) / t_step '
                              'for the effective speed-up (default: the wall-clock ratio here)')
+    parser.add_argument('--note', default='',
+                        help='what a reader should know of this run (the machine, its load)')
     parser.add_argument('--out', type=Path, required=True)
     args = parser.parse_args(argv)
     settings = [Speculation.parse(f'ngram:{k}') for k in parse_list(args.ks, int)]
@@ -195,8 +197,10 @@ def main(argv=None) -> int:
                if costs else f'measured wall-clock tokens/s ratio on this device '
                              f'({info.device}, {info.backend})'),
            'verify_costs': costs, 'overall': overall, 'replies': rows}
-    if info.device.startswith('cpu'):
-        doc['note'] = CPU_NOTE
+    notes = [CPU_NOTE] if info.device.startswith('cpu') else []
+    notes += [args.note] if args.note else []
+    if notes:
+        doc['note'] = '; '.join(notes)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1) + '\n')
     for setting, o in overall.items():
