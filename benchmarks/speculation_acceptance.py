@@ -10,7 +10,8 @@ speed-up, tokens per step over what an average step costs in plain steps. With a
 --verify-k results file (--verify-costs) a verify step of a j-token draft costs t_verify(k) /
 t_step of the smallest measured k >= j (an upper bound: a longer verify costs no less) and a
 plain step costs 1; without one, the effective speed-up is the measured wall-clock tokens/s
-ratio on this device, labelled as such.
+ratio on this device, labelled as such: overall, its median over the prompts, so that a prompt
+slowed by another job on the machine does not sway it.
 
     python benchmarks/speculation_acceptance.py \
         --out benchmarks/results/dev/speculation_acceptance.json
@@ -20,6 +21,7 @@ import argparse
 import json
 from pathlib import Path
 import platform
+import statistics
 import sys
 from typing import Dict, List, Optional, Sequence
 
@@ -108,19 +110,23 @@ def answer(engine, ids: List[int], max_new_tokens: int, speculation: Speculation
 
 def summary(runs: Sequence[dict], offs: Sequence[dict],
             ratio: Optional[Dict[int, float]]) -> dict:
-    """Return tokens per step, acceptance and speed-ups of replies runs against offs (summed)."""
+    """
+    Return tokens per step, acceptance and speed-ups of replies runs against offs (paired).
+
+    Counts are summed over the replies; the wall-clock speed-up is the median over the pairs of
+    their tokens/s ratios.
+    """
     tokens = sum(r['decode_tokens'] for r in runs)
     steps = sum(r['steps'] for r in runs)
     drafted = sum(r['drafted'] for r in runs)
-    spec_ms, off_ms = sum(r['decode_ms'] for r in runs), sum(r['decode_ms'] for r in offs)
-    off_tokens = sum(r['decode_tokens'] for r in offs)
+    ratios = [(r['decode_tokens'] / r['decode_ms']) / (o['decode_tokens'] / o['decode_ms'])
+              for r, o in zip(runs, offs) if r['decode_ms'] > 0 and o['decode_ms'] > 0]
     out = {'identical': all(r['identical'] for r in runs), 'decode_tokens': tokens,
            'steps': steps, 'verify_steps': sum(r['verify_steps'] for r in runs),
            'drafted': drafted, 'accepted': sum(r['accepted'] for r in runs),
            'tokens_per_step': tokens / steps if steps else None,
            'acceptance': sum(r['accepted'] for r in runs) / drafted if drafted else None,
-           'wall_clock_speedup': (tokens / spec_ms) / (off_tokens / off_ms)
-           if spec_ms > 0 and off_ms > 0 and off_tokens else None}
+           'wall_clock_speedup': statistics.median(ratios) if ratios else None}
     if ratio is not None:
         cost = sum(step_cost(r['draft_lengths'], r['steps'] - r['verify_steps'], ratio)
                    for r in runs)
@@ -148,6 +154,8 @@ def main(argv=None) -> int:
     parser.add_argument('--verify-costs', type=Path, metavar='RESULTS',
                         help='a physinf-bench --verify-k results file: t_verify(k) / t_step '
                              'for the effective speed-up (default: the wall-clock ratio here)')
+    parser.add_argument('--note', default='',
+                        help='what a reader should know of this run (the machine, its load)')
     parser.add_argument('--out', type=Path, required=True)
     args = parser.parse_args(argv)
     settings = [Speculation.parse(f'ngram:{k}') for k in parse_list(args.ks, int)]
@@ -194,10 +202,13 @@ def main(argv=None) -> int:
                f'physinf-bench --verify-k: t_verify(k) / t_step of {costs["file"]} '
                f'({costs["model"]}, {costs["mode"]}, ctx {costs["ctx"]}, {costs["target"]})'
                if costs else f'measured wall-clock tokens/s ratio on this device '
-                             f'({info.device}, {info.backend})'),
+                             f'({info.device}, {info.backend}); overall: its median over the '
+                             'prompts'),
            'verify_costs': costs, 'overall': overall, 'replies': rows}
-    if info.device.startswith('cpu'):
-        doc['note'] = CPU_NOTE
+    notes = [CPU_NOTE] if info.device.startswith('cpu') else []
+    notes += [args.note] if args.note else []
+    if notes:
+        doc['note'] = '; '.join(notes)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1) + '\n')
     for setting, o in overall.items():

@@ -105,6 +105,11 @@ def test_without_verify_costs_the_speedup_is_the_wall_clock_ratio():
     assert summary['tokens_per_step'] == 2.0 and summary['acceptance'] == 0.5
     assert summary['effective_speedup'] == summary['wall_clock_speedup'] == pytest.approx(1.25)
     assert 'cost_in_plain_steps' not in summary
+    # Overall, the median prompt's ratio: one slowed by another job does not sway it.
+    slowed = dict(spec, decode_ms=800.0)
+    overall = acceptance.summary([spec, slowed, spec], [off] * 3, None)
+    assert overall['wall_clock_speedup'] == pytest.approx(1.25)
+    assert overall['tokens_per_step'] == 2.0 and overall['decode_tokens'] == 30
 
 
 class _Info:
