@@ -534,3 +534,13 @@ def test_stacks_attention_stack_table_is_stacks_attention_json(label, stack):
             continue
         assert_rounds_to(numbers(text)[0], protocol_cell('stacks_attention.json', mode, 2048)[
             'step_ms_p50'], mode)
+
+
+@pytest.mark.parametrize('setting', ['ngram:1', 'ngram:2', 'ngram:4', 'ngram:8'])
+def test_speculation_table_equals_its_acceptance_file(setting):
+    overall = load(ROOT / 'benchmarks/results/dev/speculation_acceptance.json')['overall']
+    cells = row('docs/SPECULATION.md', f'`{setting}`')
+    tokens_per_step, kept = numbers(cells[0])[0], numbers(cells[1])[0]
+    assert_rounds_to(tokens_per_step, overall[setting]['tokens_per_step'], setting)
+    assert_rounds_to(kept, 100 * overall[setting]['acceptance'], setting)
+    assert overall[setting]['identical']
