@@ -30,6 +30,9 @@ class Generation:
         self.text, self.token_ids, self.step_ms = '', [], []
         self.finish_reason, self.detail = None, ''
         self.ttft_ms, self.tokens_per_s, self.cached_tokens = 1.0, 100.0, 0
+        # No speculation: one token per step, nothing drafted.
+        self.proposer, self.tokens_per_step = None, 1.0
+        self.verify_steps = self.drafted_tokens = self.accepted_tokens = 0
 
     def __iter__(self):
         for text in ('Hello', '!'):
@@ -65,11 +68,12 @@ def worker_of(generation_at):
     """Make a DecoderNode's worker half, with no ROS: what _decode and _end need."""
     node = DecoderNode.__new__(DecoderNode)
 
-    def generate(ids, max_new_tokens, sampling, cancelled, constraint=None):
+    def generate(ids, max_new_tokens, sampling, cancelled, constraint=None, proposer=None):
         return Generation(node.request, generation_at, cancelled)
     node.engine = type('Engine', (), {'generate': staticmethod(generate),
                                       'decoder': type('Decoder', (), {})()})()
     node._settings = {'kv_keep_sequences': 1}
+    node._proposer = None
     node._reuse = PrefixReuse()
     node._intervals, node._latency, node._ledger = TokenIntervals(), LatencyWindow(), Ledger()
     node._latency_pub, node._publish = None, lambda publisher, msg: None
