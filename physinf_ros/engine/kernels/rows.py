@@ -48,22 +48,19 @@ class RowOps:
     def rms_gate_up_silu(self, x: torch.Tensor, norm_w: torch.Tensor, w_gate_up,
                          eps: float) -> torch.Tensor:
         """Return silu(gate) * up for each row, float32 [n, I]."""
-        if isinstance(w_gate_up, PackedLinear) and not _dequantised(x):
-            return torch.stack([self.ops.rms_gate_up_silu(row, norm_w, w_gate_up, eps)
-                                for row in x])
-        w = dense(w_gate_up)
-        y = F.linear(rms_norm(x, norm_w, eps).to(w.dtype), w)
-        return silu_gate_up(y, w_gate_up).float()
+        return self._gate_up(x, norm_w, w_gate_up, eps, self.ops.rms_gate_up_silu, silu_gate_up)
 
     def rms_gate_up_gelu(self, x: torch.Tensor, norm_w: torch.Tensor, w_gate_up,
                          eps: float) -> torch.Tensor:
         """Return gelu_tanh(gate) * up for each row, float32 [n, I]."""
+        return self._gate_up(x, norm_w, w_gate_up, eps, self.ops.rms_gate_up_gelu, gelu_gate_up)
+
+    def _gate_up(self, x, norm_w, w_gate_up, eps, step_op, activation) -> torch.Tensor:
+        # step_op: the step's own fused op, one row at a time; activation: its PyTorch twin.
         if isinstance(w_gate_up, PackedLinear) and not _dequantised(x):
-            return torch.stack([self.ops.rms_gate_up_gelu(row, norm_w, w_gate_up, eps)
-                                for row in x])
+            return torch.stack([step_op(row, norm_w, w_gate_up, eps) for row in x])
         w = dense(w_gate_up)
-        y = F.linear(rms_norm(x, norm_w, eps).to(w.dtype), w)
-        return gelu_gate_up(y, w_gate_up).float()
+        return activation(F.linear(rms_norm(x, norm_w, eps).to(w.dtype), w), w_gate_up).float()
 
     def matvec_add(self, x: torch.Tensor, a: torch.Tensor, w) -> None:
         """Add w @ a[j] into each row x[j] in place."""
