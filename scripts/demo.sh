@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Start decoder_node on the embedded model, send it one prompt with prompt_client, print the
 # streamed reply and the decoder's diagnostics, then stop the node with Ctrl-C (SIGINT).
+# PROMPT replaces the prompt; FOLLOW_UP adds a second turn of the same conversation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -18,4 +19,11 @@ decoder_node --ros-args -p model:="${MODEL:-embedded}" &
 node=$!
 trap 'kill -INT $node 2>/dev/null; wait $node 2>/dev/null || true' EXIT
 echo "[demo] prompt: $prompt"
-prompt_client --prompt "$prompt"
+if [ -n "${FOLLOW_UP:-}" ]; then
+  # Two turns of one conversation through the Generate action: the second prefills only what
+  # the first left out of the KV cache (its "prompt tokens cached" line says how much).
+  echo "[demo] follow-up: $FOLLOW_UP"
+  printf '%s\n%s\n' "$prompt" "$FOLLOW_UP" | prompt_client --chat
+else
+  prompt_client --prompt "$prompt"
+fi
