@@ -6,6 +6,7 @@ import sys
 
 from .engine import (BACKEND_HELP, check_backend, EMBEDDED, EngineError, load, MODEL_SPEC_HELP,
                      Sampling)
+from .engine import speculative
 from .engine.loading import make_proposer
 from .engine.speculative import MAX_DRAFT, Speculation
 from .structured import ConstraintError, OutputFormat
@@ -110,10 +111,8 @@ def generate_main(argv=None) -> int:
     if args.speculation.on and generation.proposer is None:
         _log(f'speculation {args.speculation} not used: a constrained reply does not speculate')
     elif generation.proposer is not None:
-        drafted, accepted = generation.drafted_tokens, generation.accepted_tokens
-        _log(f'speculation {args.speculation}: {generation.tokens_per_step:.2f} tokens per step, '
-             f'{accepted} of {drafted} drafted tokens accepted'
-             + (f' ({accepted / drafted:.0%})' if drafted else ''))
+        figures = speculative.summary(speculative.counts(generation))
+        _log(f'speculation {args.speculation}: {figures}')
     if args.json:
         print(json.dumps({
             'text': generation.text, 'token_ids': generation.token_ids,
@@ -121,10 +120,7 @@ def generate_main(argv=None) -> int:
             'ttft_ms': round(generation.ttft_ms, 4), 'finish_reason': generation.finish_reason,
             'prompt_tokens': len(prompt_ids), 'tokens_per_s': round(generation.tokens_per_s, 3),
             'tool_calls': tool_calls, 'speculation': str(args.speculation),
-            'tokens_per_step': round(generation.tokens_per_step, 3),
-            'verify_steps': generation.verify_steps,
-            'drafted_tokens': generation.drafted_tokens,
-            'accepted_tokens': generation.accepted_tokens,
+            **speculative.counts(generation),
             'backend': info.backend, 'device': info.device, 'dtype': info.dtype,
             'model': info.model}))
     return 0

@@ -50,7 +50,8 @@ from ..engine import check_backend, Decoder, Engine, EngineError, load, Sampling
 from ..engine.decoders import backends
 from ..engine.decoders.stacks import missing
 from ..engine.device import pick_device
-from ..engine.speculative import accept_greedy, MAX_DRAFT
+from ..engine.loading import load_draft
+from ..engine.speculative import accept_greedy, check_verifies, MAX_DRAFT
 from ..measurement.stats import bootstrap_ratio_ci, percentile
 from ..structured import compile_constraint, OutputFormat, Vocabulary
 
@@ -313,9 +314,7 @@ def constrained_session(decoder: Decoder, ids: Sequence[int], plan: Plan,
 def verify_session(decoder: Decoder, plan: Plan, vocab: int, slot: int,
                    stop: Callable[[], bool] = lambda: False) -> Dict[int, List[float]]:
     """Time plan.steps verify steps per k of plan.verify_ks where decoder stands; ms by k."""
-    if not hasattr(decoder, 'verify'):
-        raise EngineError(f'backend {decoder.info.backend} cannot verify drafts: a speculative '
-                          'plan needs backend eager or graphed')
+    check_verifies(decoder)
     token = decoder.step()   # the pending token each verify feeds first, and rewinds to
     position = decoder.position
     drafts = prompt_ids(vocab, MAX_DRAFT, plan.seed, slot)   # arbitrary drafted ids
@@ -368,17 +367,6 @@ def run_session(engine: Engine, plan: Plan, mode: str, ctx: int, slot: int,
         session.constrained_ms, session.mask_us = constrained_session(
             decoder, ids, plan, new_constraint, stop)
     return decoder.info.backend, session
-
-
-def load_draft(engine: Engine, plan: Plan, mode: str, log: Callable[[str], None]) -> Engine:
-    """Load plan.draft beside engine for mode; EngineError unless it shares the vocabulary."""
-    draft = load(plan.draft, mode, plan.device, plan.dtype, plan.max_context(plan.contexts[0]),
-                 log=log)
-    if vocab_size(draft) != vocab_size(engine):
-        raise EngineError(f'draft model {plan.draft} has a vocabulary of {vocab_size(draft)} '
-                          f'tokens, {plan.model} {vocab_size(engine)}: a draft must share the '
-                          "model's tokenizer")
-    return draft
 
 
 def constraint_factory(engine: Engine, plan: Plan) -> Optional[Callable[[], object]]:
@@ -443,7 +431,7 @@ def run(plan: Plan, listener: Listener = Listener(), stop: Callable[[], bool] = 
             continue
         listener.loaded(engine)
         new_constraint = constraint_factory(engine, plan)
-        draft = load_draft(engine, plan, runnable[0], log) if plan.draft else None
+        draft = load_draft(plan.draft, engine, log) if plan.draft else None
         for ctx in plan.contexts:
             here = {mode: Cell(mode, mode, ctx) for mode in runnable}
             for slot in range(plan.sessions):

@@ -20,7 +20,7 @@ from .decoders.backends import (Build, check_name as check_backend, NATIVE, pick
 from .device import device_label, dtype_name, pick_device, pick_dtype
 from .generate import Generation
 from .kernels.config import KernelConfig
-from .speculative import DraftModel, PromptLookup, Speculation
+from .speculative import check_verifies, DraftModel, PromptLookup, Speculation
 from .text import (encode_messages, encode_prompt, encode_text, encode_truncated,
                    load_tokenizer)
 from .weights.resolve import EMBEDDED, resolve
@@ -159,17 +159,11 @@ class Engine:
         not constrained.
         """
         if proposer is not None:
-            self.check_verifies()
+            check_verifies(self.decoder)
         return Generation(self.decoder, self.tokenizer, self.stop_ids, prompt_ids,
                           max_new_tokens, sampling, cancelled,
                           constraint if constraint is not None else self.constraint(output),
                           proposer)
-
-    def check_verifies(self) -> None:
-        """Refuse speculation (EngineError) where this decoder cannot verify drafts."""
-        if not hasattr(self.decoder, 'speculate'):
-            raise EngineError(f'backend {self.info.backend} cannot verify drafts: speculation '
-                              'needs backend eager or graphed')
 
     def constraint(self, output: OutputFormat) -> Optional[Constraint]:
         """Compile output's grammar for this model (None: free text); ConstraintError if bad."""
@@ -226,22 +220,31 @@ def make_proposer(speculation: Speculation, target: Engine,
     """
     Return the proposer for a speculation setting beside target (None when off).
 
-    A backend that cannot verify drafts is refused before a draft model is loaded; a draft
-    model loads with target's backend, device, dtype and context, and must share its vocabulary.
+    A backend that cannot verify drafts is refused before a draft model is loaded
+    (load_draft).
     """
     if not speculation.on:
         return None
-    target.check_verifies()
+    check_verifies(target.decoder)
     if speculation.kind == 'ngram':
         return PromptLookup(speculation.k)
+    return DraftModel(load_draft(speculation.draft_model, target, log), speculation.k)
+
+
+def load_draft(model: str, target: Engine, log: Callable[[str], None] = lambda _: None,
+               max_context: Optional[int] = None) -> Engine:
+    """
+    Load a draft model beside target: its backend, device, dtype and context (or max_context).
+
+    EngineError unless it shares target's vocabulary (a draft proposes the model's token ids).
+    """
     info = target.info
-    draft = load(speculation.draft_model, backend=info.backend, device=str(target.device),
-                 dtype=info.dtype, max_context=info.max_context, log=log)
+    draft = load(model, backend=info.backend, device=str(target.device), dtype=info.dtype,
+                 max_context=max_context or info.max_context, log=log)
     vocab, draft_vocab = (target.decoder.step_facts().config.vocab_size,
                           draft.decoder.step_facts().config.vocab_size)
     if vocab != draft_vocab:
         draft.close()
-        raise EngineError(f'draft model {speculation.draft_model} has a vocabulary of '
-                          f'{draft_vocab} tokens, the model {vocab}: a draft must share the '
-                          "model's tokenizer")
-    return DraftModel(draft, speculation.k)
+        raise EngineError(f'draft model {model} has a vocabulary of {draft_vocab} tokens, '
+                          f"the model {vocab}: a draft must share the model's tokenizer")
+    return draft

@@ -26,12 +26,11 @@ smaller model of the same vocabulary k times.
 """
 
 from dataclasses import dataclass
-import time
-from typing import List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from .base import EngineError, Sampling
+from .base import EngineError, reusable_prefix, Sampling
 from .sampling import probabilities
 
 # Drafted tokens per verify step at most: one captured verify graph per draft length up to it.
@@ -84,8 +83,6 @@ class Speculation:
 class PromptLookup:
     """Propose the tokens that followed the latest earlier match of the sequence's last n-gram."""
 
-    name = 'ngram'
-
     def __init__(self, k: int, ngram_max: int = NGRAM_MAX):
         self.k = k
         self.ngram_max = ngram_max
@@ -116,35 +113,25 @@ class DraftModel:
     holds of the sequence and feeds what it lacks (teacher-forced), then drafts.
     """
 
-    name = 'draft'
-
     def __init__(self, engine, k: int):
         self.engine = engine
         self.k = k
         self._fed: List[int] = []   # tokens whose keys and values the draft's cache holds
-        self.draft_ms = 0.0         # host time spent drafting in this reply
-        self.drafted = 0
 
     def start(self, prompt_ids: Sequence[int], sampling: Sampling) -> None:
         """Prefill the draft model with the reply's prompt (greedy: it proposes, never samples)."""
-        start = time.perf_counter()
         decoder = self.engine.decoder
         decoder.reuse_prefix = True
         decoder.prefill(prompt_ids, Sampling())
         self._fed = list(prompt_ids)
-        self.draft_ms = (time.perf_counter() - start) * 1000.0
-        self.drafted = 0
 
     def propose(self, sequence: Sequence[int], k: int) -> List[int]:
-        start = time.perf_counter()
         decoder = self.engine.decoder
         seq = list(sequence)
         # The sequence is what the target holds plus its pending last token; the draft keeps
-        # its longest common prefix with all but that last token and feeds the rest.
-        keep = 0
-        limit = min(len(self._fed), len(seq) - 1)
-        while keep < limit and self._fed[keep] == seq[keep]:
-            keep += 1
+        # its longest common prefix with all but that last token (as a prefill keeps a held
+        # prefix) and feeds the rest.
+        keep = reusable_prefix(self._fed, seq)
         if keep < len(self._fed):
             decoder.rewind(keep, seq[keep])
             self._fed = seq[:keep]
@@ -161,8 +148,6 @@ class DraftModel:
                 break
             token = decoder.step(token)
             self._fed.append(draft[-1])
-        self.draft_ms += (time.perf_counter() - start) * 1000.0
-        self.drafted += len(draft)
         return draft
 
     def close(self) -> None:
@@ -210,3 +195,32 @@ def _draw(weights: torch.Tensor, generator: Optional[torch.Generator]) -> int:
     if not total > 0:
         raise EngineError('speculative sampling drew from an empty distribution')
     return int(torch.multinomial(weights / total, 1, generator=generator))
+
+
+def check_verifies(decoder) -> None:
+    """Refuse speculation (EngineError) where decoder cannot verify drafts."""
+    if not hasattr(decoder, 'verify'):
+        raise EngineError(f'backend {decoder.info.backend} cannot verify drafts: speculation '
+                          'needs backend eager or graphed')
+
+
+def counts(generation) -> Dict[str, Any]:
+    """Return a reply's speculation figures (a Generation's), as reports give them."""
+    return {'tokens_per_step': round(generation.tokens_per_step, 3),
+            'verify_steps': generation.verify_steps,
+            'drafted_tokens': generation.drafted_tokens,
+            'accepted_tokens': generation.accepted_tokens}
+
+
+def acceptance(figures: Dict[str, Any]) -> Optional[float]:
+    """Return the fraction of drafted tokens the model kept; None when nothing was drafted."""
+    drafted = figures['drafted_tokens']
+    return figures['accepted_tokens'] / drafted if drafted else None
+
+
+def summary(figures: Dict[str, Any]) -> str:
+    """Say '2.31 tokens per step, 120 of 184 drafted tokens accepted (65%)', for logs."""
+    kept = acceptance(figures)
+    return (f"{figures['tokens_per_step']:.2f} tokens per step, {figures['accepted_tokens']} of "
+            f"{figures['drafted_tokens']} drafted tokens accepted"
+            + (f' ({kept:.0%})' if kept is not None else ''))

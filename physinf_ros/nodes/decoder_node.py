@@ -42,7 +42,7 @@ from .decoder_interface import EVENTS_QOS, Generate, PROMPT_QOS, TOKENS_QOS
 from .entry import held_signals, spin_once
 from .goal_clients import GoalClients
 from .instance_claim import claim_name, NameTaken, NameWatch
-from ..engine import EngineError, load, Sampling
+from ..engine import EngineError, load, Sampling, speculative
 from ..engine.loading import make_proposer
 from ..engine.speculative import Speculation
 from ..measurement.roofline import LiveFloor
@@ -143,28 +143,6 @@ def _cancel_marked(goal_handle) -> Future:
 
     threading.Thread(target=wait, daemon=True).start()
     return marked
-
-
-def speculation_counts(generation) -> Dict[str, Any]:
-    """Return a reply's speculation figures, as its finished event and goal result give them."""
-    return {'tokens_per_step': round(generation.tokens_per_step, 3),
-            'verify_steps': generation.verify_steps,
-            'drafted_tokens': generation.drafted_tokens,
-            'accepted_tokens': generation.accepted_tokens}
-
-
-def acceptance(counts: Dict[str, Any]) -> Optional[float]:
-    """Return the fraction of drafted tokens the model kept; None when nothing was drafted."""
-    drafted = counts['drafted_tokens']
-    return counts['accepted_tokens'] / drafted if drafted else None
-
-
-def speculation_summary(counts: Dict[str, Any]) -> str:
-    """Say '2.31 tokens per step, 120 of 184 drafted tokens accepted (65%)', for logs."""
-    kept = acceptance(counts)
-    return (f"{counts['tokens_per_step']:.2f} tokens per step, {counts['accepted_tokens']} of "
-            f"{counts['drafted_tokens']} drafted tokens accepted"
-            + (f' ({kept:.0%})' if kept is not None else ''))
 
 
 def goal_settings(goal) -> Dict[str, Any]:
@@ -328,7 +306,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
             if speculation.kind == 'draft':
                 log(f'speculation {speculation}: loading the draft model')
             try:
-                engine.check_verifies()
+                speculative.check_verifies(engine.decoder)
             except EngineError as exc:
                 raise EngineError(f'speculation {speculation}: {exc}; use backend eager or '
                                   'graphed, or set speculation off') from None
@@ -742,7 +720,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
                 self._publish(self._latency_pub, Float64(data=piece.step_ms))
         self._last_ttft_ms = generation.ttft_ms
         self._reuse.add(len(request.prompt_ids), generation.cached_tokens)
-        speculation = speculation_counts(generation)
+        speculation = speculative.counts(generation)
         self._last_reply = speculation
         # One story per request: from here a cancel is refused (its caller told there is nothing
         # to cancel), and one accepted before now ends the request cancelled, even one that came
@@ -770,7 +748,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
             f'{len(generation.token_ids)} tokens, TTFT {generation.ttft_ms:.1f} ms '
             f'({generation.cached_tokens} of {len(request.prompt_ids)} prompt tokens cached), '
             f'{generation.tokens_per_s:.1f} tokens/s'
-            + (f', {speculation_summary(speculation)}' if generation.proposer is not None
+            + (f', {speculative.summary(speculation)}' if generation.proposer is not None
                else ''))
 
     def _publish(self, publisher, msg) -> None:
@@ -822,9 +800,9 @@ class DecoderNode(LifecycleNodeMixin, Node):
         last = self._last_reply
         if last is not None:
             values.update({f'last_{k}': v for k, v in last.items()})
-            values['last_acceptance'] = acceptance(last)
+            values['last_acceptance'] = speculative.acceptance(last)
         message = str(setting) if last is None or not setting.on \
-            else f'{setting}: last reply {speculation_summary(last)}'
+            else f'{setting}: last reply {speculative.summary(last)}'
         return [status('speculation', DiagnosticStatus.OK, message, values)]
 
     def stop_on_signal(self, executor) -> None:
