@@ -98,7 +98,7 @@ def answer(engine, ids: List[int], max_new_tokens: int, speculation: Speculation
     for _ in generation:
         pass
     decode_tokens = len(generation.step_ms)   # the first token comes from the prefill
-    steps = decode_tokens - generation.accepted_tokens
+    steps = generation.steps
     lengths = counting.lengths if counting is not None else []
     return {'token_ids': generation.token_ids, 'text': generation.text,
             'finish_reason': generation.finish_reason, 'decode_tokens': decode_tokens,

@@ -88,10 +88,14 @@ class Generation:
         return ''.join(self.pieces)
 
     @property
+    def steps(self) -> int:
+        """Decode steps whose tokens were handed out (a verify step counts once)."""
+        return self.verify_steps + self.plain_steps if self.proposer else len(self.step_ms)
+
+    @property
     def tokens_per_step(self) -> float:
         """Tokens handed out per decode step run (1 without speculation; the first excluded)."""
-        steps = self.verify_steps + self.plain_steps if self.proposer else len(self.step_ms)
-        return len(self.step_ms) / steps if steps > 0 else 0.0
+        return len(self.step_ms) / self.steps if self.steps > 0 else 0.0
 
     @property
     def tokens_per_s(self) -> float:
