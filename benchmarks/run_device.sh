@@ -69,7 +69,8 @@
 #   constrained physinf-bench --json-schema: the 8B shape with a 128k tokenizer carried as
 #              .carry/tok128k (benchmarks/grammar_masks.py trains one) and the embedded model's
 #              135M shape with its tokenizer carried as .carry/tok49k, each with
-#              config/robot_schemas.yaml's "plan" schema, ctx 2048, graphed
+#              config/robot_schemas.yaml's "plan" schema, ctx 2048, graphed; CONSTRAINED_CELLS
+#              picks SHAPE:TOKENIZER pairs
 #   specprofile the CUDA profiler over a plain step and a 4-token verify step (profile_step.py
 #              --verify-k) of SPEC_PROFILE_MODELS (default the 8B and 1B shapes) at ctx 2048
 #   speculation physinf-bench --verify-k 1,2,4,8 (issue 54): verify steps of k drafted tokens
@@ -332,16 +333,14 @@ print(" ".join(k for k in yaml.safe_load(open(config_path("models.yaml")))
 from physinf_ros.resources import config_path
 schemas = {s["name"]: s["schema"] for s in yaml.safe_load(open(config_path("robot_schemas.yaml")))}
 json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
-      [ -d .carry/tok128k ] && cp -r .carry/tok128k "$STASH"/
-      TAIL=10 run constrained_llama-3.1-8b "${BENCH_LIMIT:-200}" python3 -m physinf_ros.bench.cli \
-        --model synthetic:llama-3.1-8b --modes graphed --contexts 2048 --sessions 3 \
-        --json-schema /tmp/plan.json --tokenizer "$STASH/tok128k" \
-        --out "$WORK/constrained_llama-3.1-8b.json"
-      [ -d .carry/tok49k ] && cp -r .carry/tok49k "$STASH"/
-      TAIL=10 run constrained_smollm2-135m "${BENCH_LIMIT:-200}" python3 -m physinf_ros.bench.cli \
-        --model synthetic:smollm2-135m --modes graphed --contexts 2048 --sessions 3 \
-        --json-schema /tmp/plan.json --tokenizer "$STASH/tok49k" \
-        --out "$WORK/constrained_smollm2-135m.json";;
+      for cell in ${CONSTRAINED_CELLS:-llama-3.1-8b:tok128k smollm2-135m:tok49k}; do
+        shape=${cell%%:*} tokenizer=${cell#*:}
+        [ -d .carry/$tokenizer ] && cp -r .carry/$tokenizer "$STASH"/
+        TAIL=10 run constrained_$shape "${BENCH_LIMIT:-200}" python3 -m physinf_ros.bench.cli \
+          --model synthetic:$shape --modes graphed --contexts 2048 --sessions 3 \
+          --json-schema /tmp/plan.json --tokenizer "$STASH/$tokenizer" \
+          --out "$WORK/constrained_$shape.json"
+      done;;
     specprofile)
       for model in ${SPEC_PROFILE_MODELS:-synthetic:llama-3.1-8b synthetic:llama-3.2-1b}; do
         for k in 0 4; do

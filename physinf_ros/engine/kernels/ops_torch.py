@@ -61,15 +61,16 @@ def head_norm(qkv: torch.Tensor, q_norm: torch.Tensor, k_norm: torch.Tensor, num
     Normalise each q and k head of qkv [(Hq + 2 Hkv) D] in place (RMSNorm by q_norm, k_norm).
 
     The heads are rounded to the norm weight's dtype first, as transformers norms the q and k
-    projections' outputs (Qwen3, Gemma 3).
+    projections' outputs (Qwen3, Gemma 3). qkv [n, (Hq + 2 Hkv) D] normalises each row.
     """
     dim = q_norm.shape[0]
     q_end = num_heads * dim
-    k_end = q_end + (qkv.shape[0] - q_end) // 2
-    q = qkv[:q_end].view(-1, dim).to(q_norm.dtype)
-    k = qkv[q_end:k_end].view(-1, dim).to(k_norm.dtype)
-    qkv[:q_end] = rms_norm(q, q_norm, eps).float().flatten()
-    qkv[q_end:k_end] = rms_norm(k, k_norm, eps).float().flatten()
+    k_end = q_end + (qkv.shape[-1] - q_end) // 2
+    lead = qkv.shape[:-1]
+    q = qkv[..., :q_end].reshape(*lead, -1, dim).to(q_norm.dtype)
+    k = qkv[..., q_end:k_end].reshape(*lead, -1, dim).to(k_norm.dtype)
+    qkv[..., :q_end] = rms_norm(q, q_norm, eps).float().flatten(-2)
+    qkv[..., q_end:k_end] = rms_norm(k, k_norm, eps).float().flatten(-2)
 
 
 def rms_gate_up_gelu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up: torch.Tensor,
@@ -138,3 +139,12 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
     """
     q = _rope_and_cache(qkv, pos, cos, sin, k_cache, v_cache, num_heads)
     return _decode_attention(q, k_cache, v_cache, pos, scale, window)
+
+
+def rows_rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor,
+                        sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                        num_heads: int, scale: Optional[float] = None,
+                        window: int = 0) -> torch.Tensor:
+    """rope_attention for rows qkv [n, (Hq + 2 Hkv) D] at positions pos [n], row by row."""
+    return torch.stack([rope_attention(row, pos[j:j + 1], cos, sin, k_cache, v_cache, num_heads,
+                                       scale, window) for j, row in enumerate(qkv)])

@@ -410,12 +410,13 @@ def _q4_gemv_kernel(QW, S, Z, X, Y, NORM, BIAS, N, K, N_ALL, eps, MAGIC,
 
 
 @triton.jit
-def _head_norm_kernel(QKV, QN, KN, num_heads, eps, D: tl.constexpr, WDTYPE: tl.constexpr,
-                      PDL: tl.constexpr):
+def _head_norm_kernel(QKV, QN, KN, num_heads, row_stride, eps, D: tl.constexpr,
+                      WDTYPE: tl.constexpr, PDL: tl.constexpr):
     # One q or k head of the QKV output, normed in place as transformers norms it: rounded to
     # the norm weight's dtype, normalised in float32, rounded again, scaled in that dtype.
     _grid_sync(PDL)
     head = tl.program_id(0)
+    QKV += tl.program_id(1).to(tl.int64) * row_stride   # a verify step's row
     d = tl.arange(0, D)
     x = tl.load(QKV + head * D + d).to(WDTYPE).to(tl.float32)
     rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / D + eps)
@@ -577,6 +578,103 @@ def _attn_reduce_kernel(MAXS, SUMS, ACCS, OUT, group, D: tl.constexpr, GROUP_P: 
     total = tl.sum(tl.load(SUMS + index) * weight, axis=0)
     acc = tl.load(ACCS + index[:, None] * D + d[None, :])
     tl.store(OUT + head * D + d, tl.sum(acc * weight[:, None], axis=0) / total)
+
+
+@triton.jit
+def _rows_rope_store_kernel(QKV, Q, KC, VC, POS, COS, SIN, max_context, num_heads, kv_heads,
+                            D: tl.constexpr):
+    # Row r's head h: a q head is rotated into Q [n, Hq, D]; a kv head's key is rotated and
+    # stored with its value in the cache at the row's position.
+    row = tl.program_id(0)
+    head = tl.program_id(1)
+    d = tl.arange(0, D)
+    pos = tl.load(POS + row).to(tl.int32)
+    cos, sin = _rope_tables(COS, SIN, pos, D)
+    src = QKV + row.to(tl.int64) * (num_heads + 2 * kv_heads) * D
+    if head < num_heads:
+        x = tl.load(src + head * D + d)
+        partner = tl.load(src + head * D + (d + D // 2) % D)
+        q = _rotated(x, partner, cos, sin, D, KC.dtype.element_ty)
+        tl.store(Q + (row.to(tl.int64) * num_heads + head) * D + d, q.to(Q.dtype.element_ty))
+    else:
+        kv_head = head - num_heads
+        x = tl.load(src + head * D + d)
+        partner = tl.load(src + head * D + (d + D // 2) % D)
+        k = _rotated(x, partner, cos, sin, D, KC.dtype.element_ty)
+        slot = (kv_head.to(tl.int64) * max_context + pos) * D
+        tl.store(KC + slot + d, k.to(KC.dtype.element_ty))
+        tl.store(VC + slot + d, tl.load(src + (head + kv_heads) * D + d).to(VC.dtype.element_ty))
+
+
+@triton.jit
+def _rows_attn_split_kernel(Q, KC, VC, POS, MAXS, SUMS, ACCS, rows, max_context, scale, window,
+                            group, num_heads, D: tl.constexpr, GROUP_P: tl.constexpr,
+                            BLOCK_R: tl.constexpr, BLOCK_T: tl.constexpr, SPLITS: tl.constexpr,
+                            MIN_CHUNK: tl.constexpr, DOT: tl.constexpr,
+                            PRECISION: tl.constexpr):
+    # BLOCK_R rows' queries of one kv head's group, packed as BLOCK_R * GROUP_P rows of one
+    # tl.dot, over one split of the keys the block needs; row r sees keys 0..pos[r] (its own
+    # last window of them on a sliding-window layer). The keys and values are read once for
+    # every row of the block, where a step per row would read them once per row.
+    kv_head = tl.program_id(0)
+    block = tl.program_id(1)
+    split = tl.program_id(2)
+    d = tl.arange(0, D)
+    m = tl.arange(0, BLOCK_R * GROUP_P)
+    row = block * BLOCK_R + m // GROUP_P
+    g = m % GROUP_P
+    live = (row < rows) & (g < group)
+    pos = tl.load(POS + row, mask=row < rows, other=0).to(tl.int32)
+    length = tl.max(tl.where(live, pos, 0), axis=0) + 1
+    lowest = tl.min(tl.where(live, pos, max_context), axis=0)
+    first = tl.where(window > 0, tl.maximum(lowest - window + 1, 0), 0)
+    chunk = _chunk(length - first, SPLITS, MIN_CHUNK, BLOCK_T)
+    start = first + split * chunk
+    end = tl.minimum(start + chunk, length)
+    head = kv_head * group + g
+    q = tl.load(Q + (row.to(tl.int64) * num_heads + head)[:, None] * D + d[None, :],
+                mask=live[:, None], other=0.0).to(DOT)
+    m_i = tl.full([BLOCK_R * GROUP_P], float('-inf'), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_R * GROUP_P], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_R * GROUP_P, D], dtype=tl.float32)
+    base = kv_head.to(tl.int64) * max_context * D
+    for t0 in range(start, end, BLOCK_T):
+        t = t0 + tl.arange(0, BLOCK_T)
+        offsets = base + t[:, None] * D + d[None, :]
+        k = tl.load(KC + offsets, mask=(t < end)[:, None], other=0.0)
+        v = tl.load(VC + offsets, mask=(t < end)[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k.to(DOT)), input_precision=PRECISION,
+                   out_dtype=tl.float32) * scale
+        seen = (t[None, :] <= pos[:, None]) & (t[None, :] < end) & live[:, None]
+        seen = seen & ((window == 0) | (t[None, :] > pos[:, None] - window))
+        s = tl.where(seen, s, float('-inf'))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        # A row with no key in this tile yet keeps -inf: subtract 0 there, not -inf.
+        m_safe = tl.where(m_new == float('-inf'), 0.0, m_new)
+        alpha = tl.exp(m_i - m_safe)
+        p = tl.exp(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(DOT), v.to(DOT), input_precision=PRECISION,
+                                            out_dtype=tl.float32)
+        m_i = m_new
+    out = ((row.to(tl.int64) * num_heads + head) * SPLITS + split)
+    tl.store(MAXS + out, m_i, mask=live)
+    tl.store(SUMS + out, l_i, mask=live)
+    tl.store(ACCS + out[:, None] * D + d[None, :], acc, mask=live[:, None])
+
+
+@triton.jit
+def _rows_attn_reduce_kernel(MAXS, SUMS, ACCS, OUT, D: tl.constexpr, SPLITS: tl.constexpr):
+    # One row's head: its splits' partials merged (a split with no key of the row weighs 0).
+    index = tl.program_id(0).to(tl.int64) * SPLITS + tl.arange(0, SPLITS)
+    d = tl.arange(0, D)
+    m = tl.load(MAXS + index)
+    top = tl.max(m, axis=0)
+    weight = tl.where(m == float('-inf'), 0.0, tl.exp(m - top))
+    total = tl.sum(tl.load(SUMS + index) * weight, axis=0)
+    acc = tl.load(ACCS + index[:, None] * D + d[None, :])
+    tl.store(OUT + tl.program_id(0).to(tl.int64) * D + d,
+             tl.sum(acc * weight[:, None], axis=0) / total)
 
 
 @triton.jit
@@ -790,10 +888,15 @@ def rms_gate_up_gelu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up, eps: floa
 
 def head_norm(qkv: torch.Tensor, q_norm: torch.Tensor, k_norm: torch.Tensor, num_heads: int,
               eps: float) -> None:
-    """Normalise each q and k head of qkv [(Hq + 2 Hkv) D] in place (RMSNorm by q_norm, k_norm)."""
+    """
+    Normalise each q and k head of qkv [(Hq + 2 Hkv) D] in place (RMSNorm by q_norm, k_norm).
+
+    qkv [n, (Hq + 2 Hkv) D] normalises each of its n rows (a verify step's), in one kernel.
+    """
     dim = q_norm.shape[0]
-    heads = num_heads + (qkv.shape[0] // dim - num_heads) // 2
-    _head_norm_kernel[(heads,)](qkv, q_norm, k_norm, num_heads, eps, D=dim,
+    rows = qkv.shape[0] if qkv.dim() == 2 else 1
+    heads = num_heads + (qkv.shape[-1] // dim - num_heads) // 2
+    _head_norm_kernel[(heads, rows)](qkv, q_norm, k_norm, num_heads, qkv.shape[-1], eps, D=dim,
                                 WDTYPE=_TL_DTYPES[q_norm.dtype], num_warps=1 if dim <= 128 else 2,
                                 **_pdl(qkv.device))
 
@@ -864,6 +967,55 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
     return out.view(-1)
 
 
+def rows_rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor,
+                        sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                        num_heads: int, config: KernelConfig = DEFAULT_CONFIG,
+                        scale: Optional[float] = None, window: int = 0) -> torch.Tensor:
+    """
+    rope_attention for rows qkv [n, (Hq + 2 Hkv) D] at positions pos [n], in three kernels.
+
+    Every row's key and value is stored first, then row r attends over 0..pos[r]: rows at
+    consecutive positions see each other causally (a verify step, a prompt's chunk). Returns
+    float32 [n, Hq * D]. The keys are split over programs as the step's split kernel splits
+    them (config.attention_for), so a few rows over a long context still fill the GPU.
+    """
+    rows = qkv.shape[0]
+    kv_heads, max_context, dim = k_cache.shape
+    scale = dim ** -0.5 if scale is None else scale
+    group = num_heads // kv_heads
+    shape = config.attention_for(kv_heads, dim)
+    splits, min_chunk, block_t = shape.splits, shape.min_chunk, shape.block_t
+    if INTERPRET:
+        splits, min_chunk, block_t = 4, 16, 16
+    # Rows per program: enough to give tl.dot 16 query rows at the least, at most 64 in all.
+    # (a 256-wide head keeps 32, so that its float32 accumulator stays in registers).
+    group_p = triton.next_power_of_2(group)
+    most = 64 if dim <= 128 else 32
+    block_r = min(triton.next_power_of_2(rows), max(1, most // group_p))
+    block_r = max(block_r, 16 // min(group_p, 16))
+    dot = tl.float32 if INTERPRET else _TL_DTYPES[k_cache.dtype]
+    precision = 'ieee' if dot == tl.float32 else 'tf32'   # ignored for 16-bit operands
+    device = qkv.device
+    # q in the dtype of the products, as the step's split kernel rounds it.
+    q = torch.empty(rows, num_heads, dim, device=device,
+                    dtype=torch.float32 if dot == tl.float32 else k_cache.dtype)
+    _rows_rope_store_kernel[(rows, num_heads + kv_heads)](
+        qkv, q, k_cache, v_cache, pos, cos, sin, max_context, num_heads, kv_heads, D=dim,
+        num_warps=1 if dim <= 128 else 2)
+    partials = rows * num_heads * splits
+    maxs = torch.empty(partials, device=device, dtype=torch.float32)
+    sums = torch.empty_like(maxs)
+    accs = torch.empty(partials, dim, device=device, dtype=torch.float32)
+    _rows_attn_split_kernel[(kv_heads, triton.cdiv(rows, block_r), splits)](
+        q, k_cache, v_cache, pos, maxs, sums, accs, rows, max_context, scale, window, group,
+        num_heads, D=dim, GROUP_P=group_p, BLOCK_R=block_r, BLOCK_T=block_t, SPLITS=splits,
+        MIN_CHUNK=min_chunk, DOT=dot, PRECISION=precision, num_warps=4)
+    out = torch.empty(rows, num_heads * dim, device=device, dtype=torch.float32)
+    _rows_attn_reduce_kernel[(rows * num_heads,)](maxs, sums, accs, out, D=dim, SPLITS=splits,
+                                                  num_warps=4)
+    return out
+
+
 class KernelOps:
     """The decode step's ops (the interface of ops_torch) on the kernels, bound to one config."""
 
@@ -900,6 +1052,11 @@ class KernelOps:
                        window=0):
         return rope_attention(qkv, pos, cos, sin, k_cache, v_cache, num_heads, self.config,
                               scale, window)
+
+    def rows_rope_attention(self, qkv, pos, cos, sin, k_cache, v_cache, num_heads, scale=None,
+                            window=0):
+        return rows_rope_attention(qkv, pos, cos, sin, k_cache, v_cache, num_heads,
+                                   self.config, scale, window)
 
     def head_norm(self, qkv, q_norm, k_norm, num_heads, eps):
         head_norm(qkv, q_norm, k_norm, num_heads, eps)

@@ -5,9 +5,10 @@ RowOps wraps an ops module (ops_torch or ops_triton's KernelOps) so that a famil
 decode_layers, unchanged, runs a speculative verify step: the pending token and k drafted tokens
 at consecutive positions. Its linears read each weight once for all rows (one matrix product
 over [n, K] where the linear is dense; a 4-bit linear is streamed once per row by the step's own
-GEMV, which is what makes a 4-bit verify cost n steps: docs/SPECULATION.md). Attention runs row
-by row through the step's own kernel, in order, so row j stores its keys and values at pos[j]
-before it attends over 0..pos[j]: the rows see each other causally, as a prefill's would.
+GEMV, which is what makes a 4-bit verify cost n steps: docs/SPECULATION.md). Attention is the
+ops module's rows_rope_attention: every row stores its key and value at pos[j], then row j
+attends over 0..pos[j], so the rows see each other causally, as a prefill's would; on CUDA in
+three kernels for all rows, which read the cached keys once per block of rows.
 Inputs are rounded as the step's are (normed in float32, cast to the weight dtype); shapes
 depend on n only, so a verify step is captured once per n.
 """
@@ -84,20 +85,16 @@ class RowOps:
 
     def head_norm(self, qkv: torch.Tensor, q_norm: torch.Tensor, k_norm: torch.Tensor,
                   num_heads: int, eps: float) -> None:
-        """Normalise each row's q and k heads in place (the step's head_norm per row)."""
-        for row in qkv:
-            self.ops.head_norm(row, q_norm, k_norm, num_heads, eps)
+        """Normalise each row's q and k heads in place (the step's head_norm, over rows)."""
+        self.ops.head_norm(qkv, q_norm, k_norm, num_heads, eps)
 
     def rope_attention(self, qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor,
                        sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                        num_heads: int, scale: Optional[float] = None,
                        window: int = 0) -> torch.Tensor:
         """Row j at position pos[j]: rotate, store k and v, attend over 0..pos[j]; [n, Hq D]."""
-        return torch.stack([
-            self.ops.rope_attention(row, pos[j:j + 1], cos, sin, k_cache, v_cache, num_heads,
-                                    scale, window)
-            for j, row in enumerate(qkv)])
-
+        return self.ops.rows_rope_attention(qkv, pos, cos, sin, k_cache, v_cache, num_heads,
+                                            scale, window)
 
 def _dequantised(x: torch.Tensor) -> bool:
     # On a CPU the step itself dequantises a 4-bit linear on every call (ops_torch): one

@@ -7,6 +7,7 @@ post-norm residual, and each family's whole step.
 
 from physinf_ros.engine.kernels import ops_torch, ops_triton
 from physinf_ros.engine.kernels.config import KernelConfig
+from physinf_ros.engine.kernels.rows import RowOps
 from physinf_ros.engine.model import families
 from physinf_ros.engine.model.config import ModelConfig
 from physinf_ros.engine.model.llama import KVCache, rope_tables
@@ -116,6 +117,30 @@ def test_whole_step_of_each_family_matches_the_torch_path(name):
         out = family.decode_layers(weights, caches[1], token, pos, cos, sin, ops)
         assert rel(out, ref) < 1e-5
         token = torch.tensor([7 + step], device=DEVICE)
+
+
+@pytest.mark.parametrize('name', sorted(FAMILY_CASES))
+def test_verify_step_of_each_family_is_its_steps_one_by_one(name):
+    # RowOps over the kernels (rows_rope_attention, head_norm over rows): four rows in one
+    # forward give the residuals that four decode steps of the torch path give in turn.
+    arch, tie, sizes = FAMILY_CASES[name]
+    config = ModelConfig.from_hf(tiny_config(arch, tie, sizes))
+    family = families.module(config)
+    weights = families.synthetic_weights(config, DEVICE, torch.float32)
+    cos, sin = family.rope_tables(config, 64, DEVICE)
+    caches = [KVCache.allocate(config, 64, DEVICE, torch.float32) for _ in range(2)]
+    prompt = torch.arange(3, 24, device=DEVICE)
+    for cache in caches:
+        families.prefill(family, weights, cache, prompt, cos, sin)
+    tokens = torch.tensor([5, 9, 2, 11], device=DEVICE)
+    pos = torch.arange(len(prompt), len(prompt) + 4, dtype=torch.int32, device=DEVICE)
+    ref = torch.stack([family.decode_layers(weights, caches[0], tokens[j:j + 1], pos[j:j + 1],
+                                            cos, sin, ops_torch) for j in range(4)])
+    rows = RowOps(ops_triton.KernelOps(KernelConfig()))
+    out = family.decode_layers(weights, caches[1], tokens, pos, cos, sin, rows)
+    assert out.shape == ref.shape
+    assert rel(out, ref) < 1e-5
+    assert rel(caches[1].k, caches[0].k) < 1e-5 and rel(caches[1].v, caches[0].v) < 1e-5
 
 
 def test_published_shapes_name_their_family():
