@@ -897,8 +897,8 @@ def head_norm(qkv: torch.Tensor, q_norm: torch.Tensor, k_norm: torch.Tensor, num
     rows = qkv.shape[0] if qkv.dim() == 2 else 1
     heads = num_heads + (qkv.shape[-1] // dim - num_heads) // 2
     _head_norm_kernel[(heads, rows)](qkv, q_norm, k_norm, num_heads, qkv.shape[-1], eps, D=dim,
-                                WDTYPE=_TL_DTYPES[q_norm.dtype], num_warps=1 if dim <= 128 else 2,
-                                **_pdl(qkv.device))
+                                     WDTYPE=_TL_DTYPES[q_norm.dtype],
+                                     num_warps=1 if dim <= 128 else 2, **_pdl(qkv.device))
 
 
 def matvec_norm_add(x: torch.Tensor, a: torch.Tensor, w, norm_w: torch.Tensor, eps: float,

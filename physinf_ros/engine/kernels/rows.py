@@ -96,6 +96,7 @@ class RowOps:
         return self.ops.rows_rope_attention(qkv, pos, cos, sin, k_cache, v_cache, num_heads,
                                             scale, window)
 
+
 def _dequantised(x: torch.Tensor) -> bool:
     # On a CPU the step itself dequantises a 4-bit linear on every call (ops_torch): one
     # dequantised product serves every row there.
