@@ -50,6 +50,10 @@ from ..sampling import choose, make_generator, mask_logits, sample
 from ..speculative import accept_greedy, accept_sampled, MAX_DRAFT
 
 
+# Prompt lengths (new tokens) whose prefill runs as a captured forward over that many rows: a
+# prompt pads to the first that holds it. Longer prompts run op by op, where their compute
+# outweighs the launches (docs/PERF.md, v85).
+PREFILL_ROWS = (16, 32, 64, 128)
 # A pinned reply row's fields (token, step time in ns) before the step writes them.
 _UNWRITTEN = -1
 # Reads of a reply row between looks at the step's event, which end a wait on a row that was
@@ -130,6 +134,13 @@ class NativeDecoder:
         # A verify step's drafted tokens (after the pending one), its rows' position offsets
         # and logits; made at the first verify.
         self._verify: Optional[Dict[str, torch.Tensor]] = None
+        # A short prompt's rows (PREFILL_ROWS) run through the family's decode_layers over rows
+        # (RowOps), captured per row count where graphed: a prefill then costs its weight
+        # reads, not hundreds of launches from the host. 16-bit weights only: a 4-bit linear
+        # over rows streams its weights once per row (kernels/rows.py).
+        self.prefill_rows = PREFILL_ROWS if self.graphed and not weights.step_facts().group_size \
+            else ()
+        self._rows_prefill: Optional[Dict[str, torch.Tensor]] = None
         self._position = 0
         self._started = False
         self.reuse_prefix = True
@@ -242,10 +253,18 @@ class NativeDecoder:
         # Until the prompt is in, the cache holds only the kept prefix.
         self._held, self._feeds, self._reply = list(token_ids[:keep]), None, self._reply + 1
         self._started = False
-        ids = torch.tensor(list(token_ids[keep:]), dtype=torch.long, device=self.device)
-        logits = families.prefill(self.family, self.weights, self.cache, ids, self.cos,
-                                  self.sin, start=keep)
-        self.logits.copy_(logits)
+        new = list(token_ids[keep:])
+        rows = next((rows for rows in self.prefill_rows if len(new) <= rows), 0)
+        # Rows take each position's keys as a step would, which is what a family that reuses
+        # prefixes computes in a prompt too (Phi-3's longrope does not: its table follows the
+        # prompt's whole length).
+        if rows and self.family.REUSES_PREFIX and keep + rows <= self.info.max_context:
+            self._prefill_rows(new, keep, rows)
+        else:
+            ids = torch.tensor(new, dtype=torch.long, device=self.device)
+            self.logits.copy_(families.prefill(self.family, self.weights, self.cache, ids,
+                                               self.cos, self.sin, start=keep))
+        logits = self.logits
         if allowed is not None:
             logits = mask_logits(logits, self._load_allowed())
         first = choose(logits, sampling, self._generator)
@@ -256,6 +275,37 @@ class NativeDecoder:
         self._held, self._feeds = list(token_ids), int(first)
         self.cached_tokens = keep
         return int(first)
+
+    def _prefill_rows(self, new: List[int], start: int, rows: int) -> None:
+        # The prompt's new tokens padded to rows, at positions start..: the padding's keys and
+        # values land past the prompt, where the reply's steps overwrite them before any read.
+        if self._rows_prefill is None:
+            most = max(PREFILL_ROWS)
+            self._rows_prefill = {
+                # [ids of the rows..., start, last row], in one copy from the host
+                'args': torch.zeros(most + 2, dtype=torch.long, device=self.device),
+                'host': torch.zeros(most + 2, dtype=torch.long,
+                                    pin_memory=self.device.type == 'cuda'),
+                'offsets': torch.arange(most, dtype=torch.int32, device=self.device)}
+        p = self._rows_prefill
+        # The last prefill's copy out of host is done: its logits were read on the host.
+        p['host'][:rows + 2] = torch.tensor(new + [0] * (rows - len(new)) + [start, len(new) - 1])
+        p['args'][:rows + 2].copy_(p['host'][:rows + 2], non_blocking=True)
+        if self.graphed:
+            self._captured(('prefill', rows), lambda: self._prefill_rows_body(rows),
+                           f'{rows}-row prefill').replay()
+        else:
+            self._prefill_rows_body(rows)
+
+    @torch.inference_mode()
+    def _prefill_rows_body(self, rows: int) -> None:
+        w, p = self.weights, self._rows_prefill
+        ids, start, last = p['args'][:rows], p['args'][rows:rows + 1], p['args'][rows + 1:rows + 2]
+        x = self.family.decode_layers(w, self.cache, ids, start.int() + p['offsets'][:rows],
+                                      self.cos, self.sin, RowOps(self.ops))
+        # Only the last prompt token's logits are wanted: one row through the step's lm_head.
+        self.ops.rms_matvec(x.index_select(0, last)[0], w.norm, w.lm_head, None,
+                            w.config.rms_norm_eps, out=self.logits)
 
     def step(self, token: Optional[int] = None) -> int:
         self._need_prefill()

@@ -11,6 +11,7 @@ import math
 
 from decode_checks import assert_same_decode, assert_same_prompt_logits
 from physinf_ros.engine import EngineError, load, pick_backend, Sampling
+from physinf_ros.engine.decoders.native import PREFILL_ROWS
 from physinf_ros.engine.model.config import ModelConfig, tensor_inventory
 from physinf_ros.engine.weights.source import synthetic_config
 import pytest
@@ -184,3 +185,29 @@ def test_gemma_settings_our_forward_lacks_are_refused(key, value):
     hf = dict(synthetic_config('gemma-3-1b'), **{key: value})
     with pytest.raises(ValueError, match=key):
         ModelConfig.from_hf(hf)
+
+
+def test_a_short_prompt_over_rows_gives_the_op_by_op_prefills_choice(tiny):
+    # decoder.prefill_rows (graphed CUDA's default, here on the CPU un-captured): a prompt of up
+    # to 128 new tokens runs as one forward over padded rows, cold and after a kept prefix. The
+    # same float32 weights give the op-by-op prefill's logits to float32 sums. (Phi-3, whose
+    # prompt table follows the prompt's length, keeps the op-by-op prefill.)
+    name, _, ours = tiny
+    decoder = ours.decoder
+    prompt = torch.randint(3, 512, (40,), generator=torch.Generator().manual_seed(4)).tolist()
+    follow_up = prompt + [7, 8, 9, 10, 11]
+    logits = {}
+    for rows in ((), PREFILL_ROWS):
+        decoder.prefill_rows = rows
+        for label, ids, reuse in (('cold', prompt, False), ('turn', follow_up, True)):
+            decoder.reuse_prefix = reuse
+            decoder.prefill(ids, Sampling())
+            logits[rows, label] = decoder.last_logits().clone()
+            # The follow-up keeps the prompt's cache where the family reuses prefixes.
+            assert decoder.cached_tokens == (len(prompt) if reuse and decoder.family.REUSES_PREFIX
+                                             else 0), label
+            decoder.step()   # a step after a rows prefill reads the cache it filled
+    decoder.prefill_rows, decoder.reuse_prefix = (), True
+    for label in ('cold', 'turn'):
+        ref, out = logits[(), label], logits[PREFILL_ROWS, label]
+        assert (out - ref).norm() <= 1e-4 * ref.norm(), (name, label)

@@ -2,16 +2,21 @@
 
 from physinf_ros.engine import load, Sampling
 from physinf_ros.engine.base import reusable_prefix
+from physinf_ros.engine.decoders.native import PREFILL_ROWS
 from physinf_ros.engine.generate import FINISH_CANCELLED, FINISH_EOS
 import pytest
 
 SYSTEM = 'You are a kitchen robot. You fetch cups, plates and cutlery, and you answer briefly.'
 
 
-@pytest.fixture(scope='module', params=['eager', 'hf'])
+@pytest.fixture(scope='module', params=['eager', 'eager-rows', 'hf'])
 def engine(request):
-    return load('embedded', backend=request.param, device='cpu', dtype='float32',
-                max_context=1024)
+    # eager-rows: prompts of up to 128 new tokens prefilled over rows, as graphed CUDA does.
+    engine = load('embedded', backend=request.param.split('-')[0], device='cpu',
+                  dtype='float32', max_context=1024)
+    if request.param == 'eager-rows':
+        engine.decoder.prefill_rows = PREFILL_ROWS
+    return engine
 
 
 def reply(engine, prompt_ids, reuse=True, max_new_tokens=12, cancel_after=None):
