@@ -325,7 +325,7 @@ print(" ".join(k for k in yaml.safe_load(open(config_path("models.yaml")))
       for model in ${TTFT_MODELS:-synthetic:llama-3.2-1b synthetic:llama-3.1-8b synthetic:llama-3.1-8b:gptq}; do
         tag=$(echo "${model#synthetic:}" | tr ':' '-')
         TAIL=14 run ttft_$tag "${BENCH_LIMIT:-200}" python3 -m physinf_ros.bench.cli \
-          --model "$model" --backend graphed --ttft "${TTFT_HISTORIES:-512,2048,16384}" \
+          --model "$model" --backend graphed --ttft "${TTFT_HISTORIES:-0,512,2048,16384}" \
           --out "$WORK/ttft_$tag.json"
       done;;
     constrained)

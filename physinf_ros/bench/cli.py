@@ -115,8 +115,9 @@ def bench_parser() -> argparse.ArgumentParser:
                              'needs, (t_verify(k) + k * t_draft) / t_step')
     parser.add_argument('--ttft', metavar='HISTORIES',
                         help='measure time to first token instead of steps: per history length '
-                             '(comma-separated, e.g. 512,2048,16384) a cold prefill of history '
-                             'and a new turn, and the turn reusing the KV cache of the history, '
+                             '(comma-separated, e.g. 0,512,2048,16384; 0: the turn alone) a cold '
+                             'prefill of history and a new turn, and the turn reusing the KV '
+                             'cache of the history, '
                              'each next to its compute floor (the --backend mode, default auto)')
     parser.add_argument('--ttft-turn', type=int, default=ttft.TURN_TOKENS,
                         help='tokens of the new turn (--ttft)')
@@ -166,8 +167,9 @@ def ttft_main(args, parser: argparse.ArgumentParser, argv: List[str]) -> int:
         histories = protocol.parse_list(args.ttft, int)
     except ValueError:
         parser.error(f'--ttft must be comma-separated integers; got {args.ttft!r}')
-    if not histories or min(histories) < 1 or args.ttft_turn < 1 or args.ttft_repeats < 1:
-        parser.error('--ttft histories, --ttft-turn and --ttft-repeats must be positive')
+    if not histories or min(histories) < 0 or args.ttft_turn < 1 or args.ttft_repeats < 1:
+        parser.error('--ttft histories must be 0 or more (0: the turn alone), --ttft-turn and '
+                     '--ttft-repeats positive')
     try:
         device = pick_device(args.device)
         target = detect(device, args.target, _log)

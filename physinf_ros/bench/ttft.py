@@ -8,7 +8,8 @@ Per history length h (random token ids, seeded as the step sessions' prompts are
 prefill of h + turn tokens from position 0 (reuse off, the cache first holding an unrelated
 sequence); reused is the same prefill once the cache holds the h-token history (the decoder
 keeps the shared prefix and computes only the turn). Each is timed on the host around
-Decoder.prefill, which returns the first token: TTFT as a caller sees it.
+Decoder.prefill, which returns the first token: TTFT as a caller sees it. History 0 is a
+cold turn alone (a short prompt's TTFT), with nothing to reuse.
 
 The compute floor is the FLOPs the prefill must do over the GPU's dense bf16 peak
 (config/targets.yaml, bf16_dense_tflops): 2 x the layers' linear parameters x the tokens
@@ -65,14 +66,16 @@ class TtftRow:
 
     def record(self) -> dict:
         """Return the row for a results file, medians and fractions of peak included."""
-        cold, reused = statistics.median(self.cold_ms), statistics.median(self.reused_ms)
+        cold = statistics.median(self.cold_ms)
+        reused = statistics.median(self.reused_ms) if self.reused_ms else None
         return {'history': self.history, 'turn': self.turn,
-                'cold_ms': cold, 'reused_ms': reused, 'speedup': cold / reused,
+                'cold_ms': cold, 'reused_ms': reused,
+                'speedup': None if reused is None else cold / reused,
                 'cached_tokens': self.cached_tokens, 'same_first_token': self.same_first_token,
                 'cold_floor_ms': self.cold_floor_ms, 'reused_floor_ms': self.reused_floor_ms,
                 'cold_fraction_of_peak': None if self.cold_floor_ms is None
                 else self.cold_floor_ms / cold,
-                'reused_fraction_of_peak': None if self.reused_floor_ms is None
+                'reused_fraction_of_peak': None if self.reused_floor_ms is None or reused is None
                 else self.reused_floor_ms / reused,
                 'cold_ms_all': self.cold_ms, 'reused_ms_all': self.reused_ms}
 
@@ -104,6 +107,8 @@ def measure(engine, histories: Sequence[int] = DEFAULT_HISTORIES, turn: int = TU
             cold.append(ms)
             firsts.add(('cold', token))
             decoder.reuse_prefix = True
+            if not history:
+                continue
             decoder.prefill(ids[:history], GREEDY)   # the history's turn, as decoded before
             ms, token = _timed(decoder, ids)
             reused.append(ms)
@@ -115,8 +120,8 @@ def measure(engine, histories: Sequence[int] = DEFAULT_HISTORIES, turn: int = TU
                       floor_ms(prefill_flops(config, history + turn), tflops),
                       floor_ms(prefill_flops(config, turn, history), tflops),
                       len({token for _, token in firsts}) == 1)
-        log(f'history {history}: TTFT cold {statistics.median(cold):.2f} ms, reused '
-            f'{statistics.median(reused):.2f} ms')
+        log(f'history {history}: TTFT cold {statistics.median(cold):.2f} ms'
+            + (f', reused {statistics.median(reused):.2f} ms' if reused else ''))
         rows.append(row)
     decoder.reuse_prefix = True
     return rows
@@ -149,6 +154,7 @@ def table(records: List[dict]) -> str:
         lines.append(
             f'| {r["history"]} | {r["turn"]} | {r["cold_ms"]:.2f} | '
             f'{fmt(r["cold_floor_ms"], ".3f")} | {fmt(r["cold_fraction_of_peak"], ".2f")} | '
-            f'{r["reused_ms"]:.2f} | {r["cached_tokens"]} | {fmt(r["reused_floor_ms"], ".3f")} '
-            f'| {fmt(r["reused_fraction_of_peak"], ".2f")} | {r["speedup"]:.1f}x |')
+            f'{fmt(r["reused_ms"], ".2f")} | {r["cached_tokens"]} | '
+            f'{fmt(r["reused_floor_ms"] if r["reused_ms"] else None, ".3f")} '
+            f'| {fmt(r["reused_fraction_of_peak"], ".2f")} | {fmt(r["speedup"], ".1f")}x |')
     return '\n'.join(lines)

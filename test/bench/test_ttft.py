@@ -27,9 +27,12 @@ def test_prefill_flops_count_linears_per_token_lm_head_once_and_causal_attention
 def test_measure_reuses_each_history_and_the_cli_writes_the_table(tmp_path):
     folder = str(save_tiny('llama-3.1-8b', tmp_path / 'model'))
     engine = load(folder, backend='eager', device='cpu', max_context=64)
-    rows = ttft.measure(engine, [16, 40], turn=8, repeats=2, tflops=1.0)
-    assert [row.cached_tokens for row in rows] == [16, 40]
-    record = rows[1].record()
+    rows = ttft.measure(engine, [0, 16, 40], turn=8, repeats=2, tflops=1.0)
+    assert [row.cached_tokens for row in rows] == [0, 16, 40]
+    alone = rows[0].record()   # history 0: a short prompt cold, nothing to reuse
+    assert alone['cold_ms'] > 0 and alone['reused_ms'] is None and alone['speedup'] is None
+    assert '| 0 | 8 |' in ttft.table([alone])
+    record = rows[2].record()
     assert record['history'] == 40 and len(record['cold_ms_all']) == 2
     assert record['cold_fraction_of_peak'] == record['cold_floor_ms'] / record['cold_ms']
     assert record['same_first_token']   # float32: reuse changes nothing
