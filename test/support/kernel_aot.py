@@ -74,12 +74,43 @@ def variants():
     # Qwen3's q/k norm (bf16 weights), Gemma 3's (float32 1 + weight, head size 256).
     for norm, dim in ((BF, 128), (F32, 256)):
         out.append((ops_triton._head_norm_kernel,
-                    {'QKV': F32, 'QN': norm, 'KN': norm, 'num_heads': 'i32', 'eps': 'fp32'},
+                    {'QKV': F32, 'QN': norm, 'KN': norm, 'num_heads': 'i32', 'row_stride': 'i32',
+                     'eps': 'fp32'},
                     {'D': dim, 'WDTYPE': tl.bfloat16 if norm == BF else tl.float32,
                      'PDL': True}))
     out.append((ops_triton._attn_reduce_kernel,
                 {'MAXS': F32, 'SUMS': F32, 'ACCS': F32, 'OUT': F32, 'group': 'i32'},
                 {k: attention[k] for k in ('D', 'GROUP_P', 'SPLITS', 'PDL')}))
+    # A verify step's kernels over rows (kernels/rows.py): GEMVs with the norm, a bias and a
+    # residual; gate/up with each activation; rope and store, attention and its merge.
+    rows = {'ROWS_P': 16, 'BLOCK_N': 32, 'BLOCK_K': 128, 'DOT': tl.bfloat16, 'PRECISION': 'tf32',
+            'STREAM': 'evict_first', 'PDL': True}
+    for norm, acc in ((True, False), (False, True)):
+        out.append((ops_triton._rows_matvec_kernel,
+                    {**{k: GEMV[k] for k in ('W', 'X', 'Y', 'NORM', 'BIAS')}, 'R': 'i32',
+                     'N': 'i32', 'K': 'i32', 'eps': 'fp32'},
+                    {**rows, 'HAS_NORM': norm, 'HAS_BIAS': norm, 'ACCUMULATE': acc,
+                     'SPLIT_K': 1 if norm else 2}))
+    for gelu in (False, True):
+        out.append((ops_triton._rows_gate_up_kernel,
+                    {**{k: GEMV[k] for k in ('W', 'X', 'Y', 'NORM')}, 'R': 'i32', 'N': 'i32',
+                     'K': 'i32', 'eps': 'fp32'},
+                    {**rows, 'ROW_BLOCK': 8, 'GELU': gelu}))
+    for dim in (128, 256):
+        out.append((ops_triton._rows_rope_store_kernel,
+                    {'QKV': F32, 'Q': BF, 'KC': BF, 'VC': BF, 'POS': '*i32', 'COS': F32,
+                     'SIN': F32, 'max_context': 'i32', 'num_heads': 'i32', 'kv_heads': 'i32'},
+                    {'D': dim}))
+        out.append((ops_triton._rows_attn_split_kernel,
+                    {'Q': BF, 'KC': BF, 'VC': BF, 'POS': '*i32', 'MAXS': F32, 'SUMS': F32,
+                     'ACCS': F32, 'rows': 'i32', 'max_context': 'i32', 'scale': 'fp32',
+                     'window': 'i32', 'group': 'i32', 'num_heads': 'i32'},
+                    {'D': dim, 'GROUP_P': 4, 'BLOCK_R': 16 if dim == 128 else 8,
+                     'BLOCK_T': 64 if dim == 128 else 32, 'SPLITS': 32, 'MIN_CHUNK': 128,
+                     'DOT': tl.bfloat16, 'PRECISION': 'tf32'}))
+        out.append((ops_triton._rows_attn_reduce_kernel,
+                    {'MAXS': F32, 'SUMS': F32, 'ACCS': F32, 'OUT': F32},
+                    {'D': dim, 'SPLITS': 32}))
     # The step's first and last kernels, with the clock they time the step by.
     reply = {'CLOCK': '*i64', 'HOST_OUT': '*i64', 'ROWS': 'i32'}
     out.append((ops_triton._greedy_finish_kernel, {'PACKED': '*i64', 'TOKEN': '*i64',

@@ -168,7 +168,7 @@ class KernelConfig:
             # Tiny shapes (tests, the interpreter): small tiles keep masks exercised and runs
             # quick; residual GEMVs split K in two so the split path is exercised too.
             return GemvConfig(min(config.block_n, 16), min(config.block_k, 64),
-                              2 if kind.startswith('matvec_add') else 1, config.num_warps,
+                              2 if 'matvec_add' in kind else 1, config.num_warps,
                               config.tiles_ahead)
         return config
 

@@ -148,3 +148,12 @@ def rows_rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor,
     """rope_attention for rows qkv [n, (Hq + 2 Hkv) D] at positions pos [n], row by row."""
     return torch.stack([rope_attention(row, pos[j:j + 1], cos, sin, k_cache, v_cache, num_heads,
                                        scale, window) for j, row in enumerate(qkv)])
+
+
+# Rows [n, K] through the same functions (a verify step's, kernels/rows.py): each is a matrix
+# product over the rows, which reads each weight once for all of them.
+rows_rms_matvec = rms_matvec
+rows_gate_up_silu = rms_gate_up_silu
+rows_gate_up_gelu = rms_gate_up_gelu
+rows_matvec_add = matvec_add
+rows_matvec_norm_add = matvec_norm_add

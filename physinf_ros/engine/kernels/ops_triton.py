@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from . import attention_cuda, q4_cuda
+from . import attention_cuda, ops_torch, q4_cuda
 from .config import DEFAULT_CONFIG, INTERPRET, KernelConfig
 from .shapes import GemvConfig
 from ..model.llama import gate_up_block
@@ -410,6 +410,95 @@ def _q4_gemv_kernel(QW, S, Z, X, Y, NORM, BIAS, N, K, N_ALL, eps, MAGIC,
 
 
 @triton.jit
+def _rows_input(X, NORM, r, r_mask, k, k_mask, K, squares, HAS_NORM: tl.constexpr):
+    # Rows r of the input at columns k, [ROWS_P, BLOCK_K] float32, times the norm weight where
+    # there is one (its squares added in: 1 / rms scales the sums at the end, per row).
+    x = tl.load(X + r.to(tl.int64)[:, None] * K + k[None, :],
+                mask=r_mask[:, None] & k_mask[None, :], other=0.0).to(tl.float32)
+    if HAS_NORM:
+        squares += x * x
+        x = x * tl.load(NORM + k, mask=k_mask, other=0.0).to(tl.float32)[None, :]
+    return x, squares
+
+
+@triton.jit
+def _rows_matvec_kernel(W, X, Y, NORM, BIAS, R, N, K, eps, HAS_NORM: tl.constexpr,
+                        HAS_BIAS: tl.constexpr, ACCUMULATE: tl.constexpr, ROWS_P: tl.constexpr,
+                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+                        DOT: tl.constexpr, PRECISION: tl.constexpr, STREAM: tl.constexpr,
+                        PDL: tl.constexpr):
+    # Y[r] (+)= W @ x[r] for R rows (a verify step's) at one read of each weight tile: the
+    # tile meets every row in one tl.dot, the rows padded to ROWS_P (16, the product's least).
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = cols < N
+    k_len = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
+    k_start = tl.program_id(1) * k_len
+    k_end = tl.minimum(k_start + k_len, K)
+    r = tl.arange(0, ROWS_P)
+    r_mask = r < R
+    w_rows = W + cols.to(tl.int64)[:, None] * K
+    _grid_sync(PDL)
+    acc = tl.zeros([BLOCK_N, ROWS_P], dtype=tl.float32)
+    squares = tl.zeros([ROWS_P, BLOCK_K], dtype=tl.float32)
+    for k0 in range(k_start, k_end, BLOCK_K):
+        k = k0 + tl.arange(0, BLOCK_K)
+        k_mask = k < k_end
+        w = tl.load(w_rows + k[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0,
+                    eviction_policy=STREAM)
+        x, squares = _rows_input(X, NORM, r, r_mask, k, k_mask, K, squares, HAS_NORM)
+        acc += tl.dot(w.to(DOT), tl.trans(x.to(W.dtype.element_ty).to(DOT)),
+                      input_precision=PRECISION, out_dtype=tl.float32)
+    if HAS_NORM:   # the norm's rows of K are whole: a norm GEMV never splits K
+        acc *= (1.0 / tl.sqrt(tl.sum(squares, axis=1) / K + eps))[None, :]
+    out = Y + r.to(tl.int64)[None, :] * N + cols[:, None]
+    mask = n_mask[:, None] & r_mask[None, :]
+    if ACCUMULATE:
+        tl.atomic_add(out, acc, mask=mask, sem='relaxed')   # as _matvec_kernel's
+    else:
+        if HAS_BIAS:
+            acc += tl.load(BIAS + cols, mask=n_mask, other=0.0).to(tl.float32)[:, None]
+        tl.store(out, acc, mask=mask)
+
+
+@triton.jit
+def _rows_gate_up_kernel(W, X, Y, NORM, R, N, K, eps, ROW_BLOCK: tl.constexpr,
+                         ROWS_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                         DOT: tl.constexpr, PRECISION: tl.constexpr, STREAM: tl.constexpr,
+                         GELU: tl.constexpr, PDL: tl.constexpr):
+    # _gate_up_kernel over R rows, each weight tile read once for all (_rows_matvec_kernel).
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = cols < N
+    gate_index = (cols // ROW_BLOCK) * 2 * ROW_BLOCK + cols % ROW_BLOCK
+    gate_rows = W + gate_index.to(tl.int64)[:, None] * K
+    up_rows = gate_rows + ROW_BLOCK * K
+    r = tl.arange(0, ROWS_P)
+    r_mask = r < R
+    _grid_sync(PDL)
+    acc_gate = tl.zeros([BLOCK_N, ROWS_P], dtype=tl.float32)
+    acc_up = tl.zeros([BLOCK_N, ROWS_P], dtype=tl.float32)
+    squares = tl.zeros([ROWS_P, BLOCK_K], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + tl.arange(0, BLOCK_K)
+        k_mask = k < K
+        mask = n_mask[:, None] & k_mask[None, :]
+        w_gate = tl.load(gate_rows + k[None, :], mask=mask, other=0.0, eviction_policy=STREAM)
+        w_up = tl.load(up_rows + k[None, :], mask=mask, other=0.0, eviction_policy=STREAM)
+        x, squares = _rows_input(X, NORM, r, r_mask, k, k_mask, K, squares, True)
+        x = tl.trans(x.to(W.dtype.element_ty).to(DOT))
+        acc_gate += tl.dot(w_gate.to(DOT), x, input_precision=PRECISION, out_dtype=tl.float32)
+        acc_up += tl.dot(w_up.to(DOT), x, input_precision=PRECISION, out_dtype=tl.float32)
+    inv_rms = (1.0 / tl.sqrt(tl.sum(squares, axis=1) / K + eps))[None, :]
+    gate = acc_gate * inv_rms
+    up = acc_up * inv_rms
+    if GELU:   # as _gate_up_kernel's
+        act = gate * tl.sigmoid(2.0 * 0.7978845608028654 * (gate + 0.044715 * gate * gate * gate))
+    else:
+        act = gate * tl.sigmoid(gate)
+    tl.store(Y + r.to(tl.int64)[None, :] * N + cols[:, None], act * up,
+             mask=n_mask[:, None] & r_mask[None, :])
+
+
+@triton.jit
 def _head_norm_kernel(QKV, QN, KN, num_heads, row_stride, eps, D: tl.constexpr,
                       WDTYPE: tl.constexpr, PDL: tl.constexpr):
     # One q or k head of the QKV output, normed in place as transformers norms it: rounded to
@@ -431,6 +520,8 @@ def _norm_add_kernel(X, Y, NORM, H, eps, BLOCK: tl.constexpr, WDTYPE: tl.constex
     # x += rms_norm(y) * norm, one program for the whole vector: y rounded to the weight dtype
     # as the sublayer's output is, normed in float32, rounded again as Gemma3RMSNorm returns it.
     _grid_sync(PDL)
+    X += tl.program_id(0).to(tl.int64) * H   # a verify step's row
+    Y += tl.program_id(0).to(tl.int64) * H
     cols = tl.arange(0, BLOCK)
     mask = cols < H
     y = tl.load(Y + cols, mask=mask, other=0.0).to(WDTYPE).to(tl.float32)
@@ -967,6 +1058,85 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
     return out.view(-1)
 
 
+# Rows a verify step's GEMVs take in one product (tl.dot's least width): more rows (a prompt's)
+# go to cuBLAS, whose matrix products read each weight once for many rows.
+ROWS_P = 16
+
+
+def _rows_kernel(x: torch.Tensor, w) -> bool:
+    return not isinstance(w, PackedLinear) and x.shape[0] <= ROWS_P
+
+
+def _rows_launch(kind: str, w: torch.Tensor, x: torch.Tensor, config: KernelConfig) -> tuple:
+    # (launch shape, the launch's common keywords) of a rows GEMV of w's shape.
+    cfg = config.gemv(kind, w.shape[0], w.shape[1])
+    # Products in the weight dtype (the interpreter's in float32, which it has); float32
+    # weights get full float32 products, not TF32.
+    dot = tl.float32 if INTERPRET else _TL_DTYPES[w.dtype]
+    precision = 'ieee' if dot == tl.float32 else 'tf32'   # ignored for 16-bit operands
+    return cfg, {'ROWS_P': ROWS_P, 'BLOCK_N': cfg.block_n, 'BLOCK_K': cfg.block_k,
+                 'DOT': dot, 'PRECISION': precision, 'STREAM': config.stream(), 'num_warps': cfg.num_warps,
+                 **_pdl(x.device)}
+
+
+def rows_rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w, bias: Optional[torch.Tensor],
+                    eps: float, out: Optional[torch.Tensor] = None,
+                    config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
+    """rms_matvec for rows x [n, K]: float32 [n, N], each weight read once for all rows."""
+    if not _rows_kernel(x, w):
+        return ops_torch.rms_matvec(x, norm_w, w, bias, eps, out)
+    n, k = w.shape
+    y = torch.empty(x.shape[0], n, device=x.device, dtype=torch.float32) if out is None else out
+    cfg, launch = _rows_launch('rows_rms_matvec', w, x, config)
+    _rows_matvec_kernel[(triton.cdiv(n, cfg.block_n), 1)](
+        w, x, y, norm_w, bias if bias is not None else y, x.shape[0], n, k, eps, HAS_NORM=True,
+        HAS_BIAS=bias is not None, ACCUMULATE=False, SPLIT_K=1, **launch)
+    return y
+
+
+def rows_matvec_add(x: torch.Tensor, a: torch.Tensor, w,
+                    config: KernelConfig = DEFAULT_CONFIG) -> None:
+    """matvec_add for rows: x[j] += w @ a[j] in place, each weight read once for all rows."""
+    if not _rows_kernel(x, w):
+        ops_torch.matvec_add(x, a, w)
+        return
+    n, k = w.shape
+    cfg, launch = _rows_launch('rows_matvec_add', w, x, config)
+    _rows_matvec_kernel[(triton.cdiv(n, cfg.block_n), cfg.split_k)](
+        w, a, x, a, a, x.shape[0], n, k, 0.0, HAS_NORM=False, HAS_BIAS=False, ACCUMULATE=True,
+        SPLIT_K=cfg.split_k, **launch)
+
+
+def rows_matvec_norm_add(x: torch.Tensor, a: torch.Tensor, w, norm_w: torch.Tensor, eps: float,
+                         config: KernelConfig = DEFAULT_CONFIG) -> None:
+    """matvec_norm_add for rows: x[j] += rms_norm(w @ a[j]) * norm_w (Gemma 3), in place."""
+    if not _rows_kernel(x, w):
+        ops_torch.matvec_norm_add(x, a, w, norm_w, eps)
+        return
+    h = w.shape[0]
+    y = torch.zeros(x.shape[0], h, device=x.device, dtype=torch.float32)
+    rows_matvec_add(y, a, w, config)
+    block = triton.next_power_of_2(h)
+    _norm_add_kernel[(x.shape[0],)](x, y, norm_w, h, eps, BLOCK=block,
+                                    WDTYPE=_TL_DTYPES[w.dtype],
+                                    num_warps=min(16, max(4, block // 512)), **_pdl(x.device))
+
+
+def rows_gate_up(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up, eps: float, gelu: bool,
+                 config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
+    """rms_gate_up_silu (gelu: rms_gate_up_gelu) for rows x [n, K]: float32 [n, I]."""
+    if not _rows_kernel(x, w_gate_up):
+        op = ops_torch.rms_gate_up_gelu if gelu else ops_torch.rms_gate_up_silu
+        return op(x, norm_w, w_gate_up, eps)
+    n2, k = w_gate_up.shape
+    y = torch.empty(x.shape[0], n2 // 2, device=x.device, dtype=torch.float32)
+    cfg, launch = _rows_launch('rows_gate_up', w_gate_up, x, config)
+    _rows_gate_up_kernel[(triton.cdiv(n2 // 2, cfg.block_n),)](
+        w_gate_up, x, y, norm_w, x.shape[0], n2 // 2, k, eps,
+        ROW_BLOCK=gate_up_block(n2 // 2), GELU=gelu, **launch)
+    return y
+
+
 def rows_rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor,
                         sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                         num_heads: int, config: KernelConfig = DEFAULT_CONFIG,
@@ -1052,6 +1222,21 @@ class KernelOps:
                        window=0):
         return rope_attention(qkv, pos, cos, sin, k_cache, v_cache, num_heads, self.config,
                               scale, window)
+
+    def rows_rms_matvec(self, x, norm_w, w, bias, eps, out=None):
+        return rows_rms_matvec(x, norm_w, w, bias, eps, out, self.config)
+
+    def rows_gate_up_silu(self, x, norm_w, w_gate_up, eps):
+        return rows_gate_up(x, norm_w, w_gate_up, eps, False, self.config)
+
+    def rows_gate_up_gelu(self, x, norm_w, w_gate_up, eps):
+        return rows_gate_up(x, norm_w, w_gate_up, eps, True, self.config)
+
+    def rows_matvec_add(self, x, a, w):
+        rows_matvec_add(x, a, w, self.config)
+
+    def rows_matvec_norm_add(self, x, a, w, norm_w, eps):
+        rows_matvec_norm_add(x, a, w, norm_w, eps, self.config)
 
     def rows_rope_attention(self, qkv, pos, cos, sin, k_cache, v_cache, num_heads, scale=None,
                             window=0):

@@ -2,24 +2,22 @@
 The decode step's operations over n rows: tokens [n] at positions pos [n], one forward.
 
 RowOps wraps an ops module (ops_torch or ops_triton's KernelOps) so that a family's
-decode_layers, unchanged, runs a speculative verify step: the pending token and k drafted tokens
-at consecutive positions. Its linears read each weight once for all rows (one matrix product
-over [n, K] where the linear is dense; a 4-bit linear is streamed once per row by the step's own
-GEMV, which is what makes a 4-bit verify cost n steps: docs/SPECULATION.md). Attention is the
-ops module's rows_rope_attention: every row stores its key and value at pos[j], then row j
-attends over 0..pos[j], so the rows see each other causally, as a prefill's would; on CUDA in
-three kernels for all rows, which read the cached keys once per block of rows.
-Inputs are rounded as the step's are (normed in float32, cast to the weight dtype); shapes
-depend on n only, so a verify step is captured once per n.
+decode_layers, unchanged, runs over rows: a speculative verify step (the pending token and k
+drafted tokens at consecutive positions) or a short prompt's prefill. Each op is the ops
+module's rows_ twin, which reads each weight once for all rows: on CUDA up to ops_triton.ROWS_P
+rows meet each weight tile in one product (norm, activation and residual fused as in the
+step's kernels), more rows go to cuBLAS. A 4-bit linear on CUDA is streamed once per row by
+the step's own GEMV, which is what makes a 4-bit verify cost n steps (docs/SPECULATION.md).
+Attention is rows_rope_attention: every row stores its key and value at pos[j], then row j
+attends over 0..pos[j], so the rows see each other causally, as a prefill's would.
+Shapes depend on n only, so a verify step is captured once per n.
 """
 
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 
-from ..model.llama import gelu_gate_up, rms_norm, silu_gate_up
-from ..weights.gptq import dense, PackedLinear
+from ..weights.gptq import PackedLinear
 
 
 class RowOps:
@@ -32,56 +30,46 @@ class RowOps:
         """Rows of table for tokens [n] as float32 [n, H]."""
         return table.index_select(0, token).float()
 
-    def _linear(self, x: torch.Tensor, w, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
-        # x is already in the weight dtype; float32 [n, N] out.
-        return F.linear(x, w, bias).float()
-
     def rms_matvec(self, x: torch.Tensor, norm_w: torch.Tensor, w, bias: Optional[torch.Tensor],
                    eps: float, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Return w @ rms_norm(x[j]) (+ bias) for each row, float32 [n, N]."""
-        if isinstance(w, PackedLinear) and not _dequantised(x):
+        if _row_by_row(x, w):
             y = torch.stack([self.ops.rms_matvec(row, norm_w, w, bias, eps) for row in x])
-        else:
-            w = dense(w)
-            y = self._linear(rms_norm(x, norm_w, eps).to(w.dtype), w, bias)
-        return y if out is None else out.copy_(y)
+            return y if out is None else out.copy_(y)
+        return self.ops.rows_rms_matvec(x, norm_w, w, bias, eps, out)
 
     def rms_gate_up_silu(self, x: torch.Tensor, norm_w: torch.Tensor, w_gate_up,
                          eps: float) -> torch.Tensor:
         """Return silu(gate) * up for each row, float32 [n, I]."""
-        return self._gate_up(x, norm_w, w_gate_up, eps, self.ops.rms_gate_up_silu, silu_gate_up)
+        if _row_by_row(x, w_gate_up):
+            return torch.stack([self.ops.rms_gate_up_silu(row, norm_w, w_gate_up, eps)
+                                for row in x])
+        return self.ops.rows_gate_up_silu(x, norm_w, w_gate_up, eps)
 
     def rms_gate_up_gelu(self, x: torch.Tensor, norm_w: torch.Tensor, w_gate_up,
                          eps: float) -> torch.Tensor:
         """Return gelu_tanh(gate) * up for each row, float32 [n, I]."""
-        return self._gate_up(x, norm_w, w_gate_up, eps, self.ops.rms_gate_up_gelu, gelu_gate_up)
-
-    def _gate_up(self, x, norm_w, w_gate_up, eps, step_op, activation) -> torch.Tensor:
-        # step_op: the step's own fused op, one row at a time; activation: its PyTorch twin.
-        if isinstance(w_gate_up, PackedLinear) and not _dequantised(x):
-            return torch.stack([step_op(row, norm_w, w_gate_up, eps) for row in x])
-        w = dense(w_gate_up)
-        return activation(F.linear(rms_norm(x, norm_w, eps).to(w.dtype), w), w_gate_up).float()
+        if _row_by_row(x, w_gate_up):
+            return torch.stack([self.ops.rms_gate_up_gelu(row, norm_w, w_gate_up, eps)
+                                for row in x])
+        return self.ops.rows_gate_up_gelu(x, norm_w, w_gate_up, eps)
 
     def matvec_add(self, x: torch.Tensor, a: torch.Tensor, w) -> None:
         """Add w @ a[j] into each row x[j] in place."""
-        if isinstance(w, PackedLinear) and not _dequantised(x):
+        if _row_by_row(x, w):
             for row, a_row in zip(x, a):
                 self.ops.matvec_add(row, a_row, w)
             return
-        w = dense(w)
-        x += self._linear(a.to(w.dtype), w)
+        self.ops.rows_matvec_add(x, a, w)
 
     def matvec_norm_add(self, x: torch.Tensor, a: torch.Tensor, w, norm_w: torch.Tensor,
                         eps: float) -> None:
         """Add rms_norm(w @ a[j]) into each row x[j] in place (Gemma 3's post-norms)."""
-        if isinstance(w, PackedLinear) and not _dequantised(x):
+        if _row_by_row(x, w):
             for row, a_row in zip(x, a):
                 self.ops.matvec_norm_add(row, a_row, w, norm_w, eps)
             return
-        w = dense(w)
-        y = F.linear(a.to(w.dtype), w)
-        x += rms_norm(y, norm_w, eps).to(w.dtype).float()
+        self.ops.rows_matvec_norm_add(x, a, w, norm_w, eps)
 
     def head_norm(self, qkv: torch.Tensor, q_norm: torch.Tensor, k_norm: torch.Tensor,
                   num_heads: int, eps: float) -> None:
@@ -97,7 +85,7 @@ class RowOps:
                                             scale, window)
 
 
-def _dequantised(x: torch.Tensor) -> bool:
-    # On a CPU the step itself dequantises a 4-bit linear on every call (ops_torch): one
-    # dequantised product serves every row there.
-    return x.device.type != 'cuda'
+def _row_by_row(x: torch.Tensor, w) -> bool:
+    # A 4-bit linear on CUDA: the step's own GEMV once per row. On a CPU the step dequantises
+    # it on every call (ops_torch), so one dequantised product serves every row there.
+    return isinstance(w, PackedLinear) and x.device.type == 'cuda'

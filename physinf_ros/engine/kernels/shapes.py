@@ -67,4 +67,8 @@ DEFAULT_GEMV = MappingProxyType({
     'matvec_add': GemvConfig(16, 512, 1, 8),
     # 4-bit GEMVs tile [block_k inputs, block_n outputs] of GPTQ's [K / 8, N] codes.
     'rms_matvec_q4': GemvConfig(32, 256, 1, 4), 'gate_up_q4': GemvConfig(32, 256, 1, 4),
-    'matvec_add_q4': GemvConfig(64, 256, 4, 4)})
+    'matvec_add_q4': GemvConfig(64, 256, 4, 4),
+    # A verify step's GEMVs over up to ROWS_P rows (ops_triton.rows_*): [block_n, block_k]
+    # weight tiles, each meeting every row in one tl.dot. Untuned.
+    'rows_rms_matvec': GemvConfig(32, 128, 1, 4), 'rows_gate_up': GemvConfig(32, 128, 1, 4),
+    'rows_matvec_add': GemvConfig(32, 128, 1, 4)})

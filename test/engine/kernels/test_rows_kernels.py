@@ -70,3 +70,33 @@ def test_head_norm_over_rows_is_each_rows_head_norm(rows):
         ops.head_norm(out, q_norm, k_norm, heads, 1e-6)
         assert rel(out, expected) < 1e-5, ops.__name__
     assert rel(expected, qkv) > 0.1   # the norm changed something
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize('rows', [1, 5, 16, 17])   # 17: past ROWS_P, cuBLAS's
+def test_rows_gemvs_are_the_step_ops_row_by_row(dtype, rows):
+    # Each weight tile meets every row in one product; the norm, the bias, the activation and
+    # the residual as the one-row ops apply them. Shapes that leave partial tiles everywhere.
+    n, k, i = 72, 200, 72
+    x, a = rand(rows, k), rand(rows, n)
+    g, w, b = rand(k, dtype=dtype), rand(n, k, dtype=dtype) * 0.2, rand(n, dtype=dtype)
+    w_gate_up = (rand(2 * i, k) * 0.1).to(dtype)
+    g_out, w_down = rand(n, dtype=dtype), (rand(n, n) * 0.2).to(dtype)
+    out = ops_triton.rows_rms_matvec(x, g, w, b, 1e-6)
+    ref = torch.stack([ops_torch.rms_matvec(row, g, w, b, 1e-6) for row in x])
+    assert out.shape == (rows, n) and rel(out, ref) < TOL[dtype]
+    for gelu, op in ((False, ops_torch.rms_gate_up_silu), (True, ops_torch.rms_gate_up_gelu)):
+        out = ops_triton.rows_gate_up(x[:, :k], g, w_gate_up, 1e-6, gelu)
+        ref = torch.stack([op(row, g, w_gate_up, 1e-6) for row in x])
+        assert out.shape == (rows, i) and rel(out, ref) < TOL[dtype], gelu
+    residual = rand(rows, n)
+    out, ref = residual.clone(), residual.clone()
+    ops_triton.rows_matvec_add(out, a, w_down)
+    for row, a_row in zip(ref, a):
+        ops_torch.matvec_add(row, a_row, w_down)
+    assert rel(out - residual, ref - residual) < TOL[dtype]
+    out, ref = residual.clone(), residual.clone()
+    ops_triton.rows_matvec_norm_add(out, a, w_down, g_out, 1e-6)
+    for row, a_row in zip(ref, a):
+        ops_torch.matvec_norm_add(row, a_row, w_down, g_out, 1e-6)
+    assert rel(out - residual, ref - residual) < TOL[dtype]
