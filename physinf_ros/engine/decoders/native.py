@@ -33,6 +33,7 @@ the filled part of the cache at every length: no buckets, no padding to the maxi
 """
 
 from dataclasses import replace
+import gc
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy
@@ -227,8 +228,17 @@ class NativeDecoder:
                 body()
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            body()
+        # No garbage collection inside the capture: a collected decoder's graphs, destroyed
+        # while this stream captures, would end the capture with an error.
+        gc.collect()
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            with torch.cuda.graph(graph, pool=self._pool):
+                body()
+        finally:
+            if collecting:
+                gc.enable()
         self._pool = graph.pool()
         self.token.copy_(saved[0])
         self.pos.copy_(saved[1])

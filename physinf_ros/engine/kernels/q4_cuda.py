@@ -81,12 +81,14 @@ def supported(w: PackedLinear, x: torch.Tensor, norm_w: Optional[torch.Tensor]) 
     """
     Say whether q4_gemv.cu takes this linear and input.
 
-    It needs a 16-bit model, a float32 input, and tensors whose rows start on 16 bytes (its
-    vector loads).
+    It needs a 16-bit model, a float32 input, a norm weight in the model's dtype (it reads it
+    so: Gemma 3's float32 norms take the Triton kernel), and tensors whose rows start on 16
+    bytes (its vector loads).
     """
     n_all = w.codes.shape[1]
     tensors = [w.codes, w.scales, x] + ([norm_w] if norm_w is not None else [])
     return (w.dtype in (torch.float16, torch.bfloat16) and n_all % 4 == 0
+            and (norm_w is None or norm_w.dtype == w.dtype)
             and w.group_size % CODES_PER_WORD == 0 and x.dtype == torch.float32
             and all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in tensors))
 

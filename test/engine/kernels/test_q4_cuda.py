@@ -203,3 +203,16 @@ def test_cuda_source_compiles_for_hopper_without_spills(tmp_path):
     assert '0 bytes spill stores' in report
     assert all(line.strip().startswith('0 bytes stack frame, 0 bytes spill stores')
                for line in report.splitlines() if 'spill stores' in line)
+
+
+def test_a_norm_weight_in_another_dtype_takes_the_triton_kernel():
+    # q4_gemv.cu reads the norm weight in the model's dtype: Gemma 3's float32 norms (1 +
+    # weight) read so gave NaN steps on the H200, so they go to the Triton kernel. CPU tensors
+    # suffice: only dtypes, shapes and alignment are read.
+    q = gptq.quantize(torch.randn(64, 256) * 0.05, 128)
+    w = PackedLinear.from_gptq(q['qweight'], q['qzeros'], q['scales'], None, torch.bfloat16,
+                               torch.device('cpu'))
+    x = torch.zeros(256)
+    assert q4_cuda.supported(w, x, None)
+    assert q4_cuda.supported(w, x, torch.zeros(256, dtype=torch.bfloat16))
+    assert not q4_cuda.supported(w, x, torch.zeros(256, dtype=torch.float32))
