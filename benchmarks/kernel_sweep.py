@@ -5,7 +5,7 @@ Each GEMV is timed over as many copies of its weight as one step reads (one per 
 weights come from HBM as in a real step rather than from L2, and the launches are captured in a
 CUDA graph and replayed, as in the graphed engine, so the host's launch cost does not hide the
 kernels' own time. Prints achieved GB/s per config beside cuBLAS (torch.nn.functional.linear,
-M=1) timed the same way, and writes JSON.
+M=1; M=ROWS for a verify step's rows_ kinds) timed the same way, and writes JSON.
 
     python3 benchmarks/kernel_sweep.py --model synthetic:llama-3.1-8b --out sweep.json
 """
@@ -54,7 +54,9 @@ def gemv_cases(c: ModelConfig):
              ('matvec_add', h, i, layers)]
     return (layer + [('rms_matvec', c.vocab_size, h, 2)]
             + [(kind + '_q4', n, k, copies) for kind, n, k, copies in layer]
-            + [(kind + '_q4cuda', n, k, copies) for kind, n, k, copies in layer])
+            + [(kind + '_q4cuda', n, k, copies) for kind, n, k, copies in layer]
+            + [('rows_' + kind, n, k, copies) for kind, n, k, copies in
+               layer + [('rms_matvec', c.vocab_size, h, 2)]])
 
 
 CANDIDATES = {
@@ -79,10 +81,19 @@ CANDIDATES = {
     'rms_matvec_q4cuda': [Q4Shape(c, u, 1).as_gemv() for c, u in
                           itertools.product(q4_cuda.COLUMNS, (4, 8))],
     'gate_up_q4cuda': [Q4Shape(c, 4, 1).as_gemv() for c in q4_cuda.COLUMNS],
+    # A verify step's GEMVs over ROWS rows (ops_triton.rows_*): tl.dot tiles, 16 outputs at
+    # the least.
+    'rows_rms_matvec': [GemvConfig(bn, bk, 1, w) for bn, bk, w in
+                        itertools.product((16, 32, 64), (128, 256), (4,))],
+    'rows_gate_up': [GemvConfig(bn, bk, 1, w) for bn, bk, w in
+                     itertools.product((16, 32, 64), (128, 256), (4,))],
+    'rows_matvec_add': [GemvConfig(bn, bk, s, w) for bn, bk, s, w in
+                        itertools.product((16, 32, 64), (128, 256), (1, 2), (4,))],
     'matvec_add_q4cuda': [Q4Shape(c, u, s).as_gemv() for c, u, s in
                           itertools.product(q4_cuda.COLUMNS, (4, 8), q4_cuda.SPLITS)],
 }
 GROUP_SIZE = 128   # the paper's GPTQ checkpoints
+ROWS = 5   # a verify step of 4 drafted tokens (the rows_ kinds)
 
 
 def random_weight(kind, rows, k, device, dtype):
@@ -98,34 +109,43 @@ def random_weight(kind, rows, k, device, dtype):
 def sweep_gemv(kind, n, k, copies, device, dtype, base_config: KernelConfig):
     """Time every candidate launch shape of one GEMV, each in its own kernel configuration."""
     base = kind.split('_q4')[0]
+    # The rows_ kinds run ops.rows_* over ROWS input rows (the same functions of ops_torch
+    # are the reference and cuBLAS's matrix products).
+    prefix = 'rows_' if base.startswith('rows_') else ''
+    base = base[len(prefix):]
+    lead = (ROWS,) if prefix else ()
     # The Triton 4-bit kinds are timed with the CUDA kernels switched off.
     base_config = replace(base_config, q4_cuda=kind.endswith('_q4cuda'))
     rows = 2 * n if base == 'gate_up' else n
     weights = [random_weight(kind, rows, k, device, dtype) for _ in range(copies)]
-    x = torch.randn(k, device=device)
+    x = torch.randn(*lead, k, device=device)
     norm = torch.ones(k, device=device, dtype=dtype)
     bytes_read = weights[0].nbytes * copies
 
+    def op(ops):   # the kind's function of an ops module (KernelOps or ops_torch)
+        return getattr(ops, prefix + {'rms_matvec': 'rms_matvec', 'gate_up': 'rms_gate_up_silu',
+                                      'matvec_add': 'matvec_add'}[base])
+
     def run(ops):
         for w in weights:
-            if base == 'rms_matvec':
-                ops.rms_matvec(x, norm, w, None, 1e-5)
-            elif base == 'gate_up':
-                ops.rms_gate_up_silu(x, norm, w, 1e-5)
+            if base == 'matvec_add':
+                op(ops)(out, x, w)
+            elif base == 'rms_matvec':
+                op(ops)(x, norm, w, None, 1e-5)
             else:
-                ops.matvec_add(out, x, w)
+                op(ops)(x, norm, w, 1e-5)
 
     def one(ops, w):   # one GEMV's output, for the correctness check
         if base == 'rms_matvec':
-            return ops.rms_matvec(x, norm, w, None, 1e-5)
+            return op(ops)(x, norm, w, None, 1e-5)
         if base == 'gate_up':
-            return ops.rms_gate_up_silu(x, norm, w, 1e-5)
-        y = torch.zeros(n, device=device)
-        ops.matvec_add(y, x, w)
+            return op(ops)(x, norm, w, 1e-5)
+        y = torch.zeros(*lead, n, device=device)
+        op(ops)(y, x, w)
         return y
 
     expected = one(ops_torch, weights[0]).float()
-    out = torch.zeros(n, device=device)
+    out = torch.zeros(*lead, n, device=device)
     results = []
     for cfg in CANDIDATES[kind]:
         ops = KernelOps(base_config.with_gemv(kind, n, k, cfg))
@@ -143,7 +163,7 @@ def sweep_gemv(kind, n, k, copies, device, dtype, base_config: KernelConfig):
     best = min(ok, key=lambda r: r['ms'])
     cublas_ms = None   # cuBLAS has no 4-bit GEMV to compare with
     if '_q4' not in kind:
-        xb = x.to(dtype)[None]
+        xb = x.to(dtype) if prefix else x.to(dtype)[None]
         cublas_ms = timed(lambda: [torch.nn.functional.linear(xb, w) for w in weights])
     print(f'  {kind} {n}x{k}: {len(ok)} configs, {len(results) - len(ok)} failed', flush=True)
     weights.clear()
@@ -207,7 +227,8 @@ def main(argv=None):
     parser.add_argument('--model', default='synthetic:llama-3.1-8b')
     parser.add_argument('--contexts', default='2048,8192,16384')
     parser.add_argument('--kinds', help='comma-separated GEMV kinds to sweep (default: all, '
-                        'bf16 and _q4); the others keep their tuned shapes')
+                        'bf16, _q4, _q4cuda and the verify step\'s rows_); the others keep '
+                        'their tuned shapes')
     parser.add_argument('--skip-attention', action='store_true')
     parser.add_argument('--out', required=True)
     args = parser.parse_args(argv)

@@ -76,6 +76,10 @@
 #   speculation physinf-bench --verify-k 1,2,4,8 (issue 54): verify steps of k drafted tokens
 #              against the plain step, graphed, ctx 2048, 3 sessions, on the 8B, its 4-bit copy,
 #              the 1B, and the 8B with the 1B as draft model
+#   rowsweep   kernel_sweep.py's verify-step (rows_) GEMV shapes on ROWS_SWEEP_MODELS (default
+#              the 8B and 1B shapes), the best appended to this machine's config/kernels.yaml
+#              for the later stages and stashed; rowstuned puts the stashed one back in a later
+#              call (a call's tree is sent afresh)
 #   specembedded the same on the embedded 135M at ctx 512, whose costs give
 #              benchmarks/speculation_acceptance.py's effective speed-up on the embedded model,
 #              graphed
@@ -359,6 +363,25 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
       TAIL=8 run verify_pair "${VERIFY_LIMIT:-50}" python3 -m physinf_ros.bench.cli \
         --model synthetic:llama-3.1-8b --draft synthetic:llama-3.2-1b --contexts 2048 \
         "${verify[@]}" --out "$WORK/verify_llama-3.1-8b_draft_llama-3.2-1b.json";;
+    rowsweep)
+      # The verify step's GEMV shapes (issue 54) swept on ROWS_SWEEP_MODELS, the best of each
+      # appended to this machine's config/kernels.yaml (the H200 entry is the file's last) for
+      # the stages after it, and stashed for the next call's rowstuned.
+      for model in ${ROWS_SWEEP_MODELS:-synthetic:llama-3.1-8b synthetic:llama-3.2-1b}; do
+        tag=$(echo "${model#synthetic:}" | tr ':' '-')
+        TAIL=8 run rowsweep_$tag "${SWEEP_LIMIT:-200}" python3 benchmarks/kernel_sweep.py \
+          --model "$model" --kinds rows_rms_matvec,rows_gate_up,rows_matvec_add --skip-attention \
+          --out "$WORK/rowsweep_$tag.json"
+        python3 -c 'import json, sys
+for row in json.load(open(sys.argv[1]))["tuning"]["gemv"]:
+    print("    - {" + ", ".join(f"{k}: {v}" for k, v in row.items()) + "}")' \
+          "$WORK/rowsweep_$tag.json" >> config/kernels.yaml
+      done
+      cp config/kernels.yaml "$WORK/kernels.yaml"; cp config/kernels.yaml "$STASH/kernels.yaml"
+      tail -n 12 config/kernels.yaml;;
+    rowstuned)
+      [ -f "$STASH/kernels.yaml" ] && cp "$STASH/kernels.yaml" config/kernels.yaml
+      tail -n 3 config/kernels.yaml;;
     specembedded)
       verify=(--modes graphed --sessions 3 --verify-k 1,2,4,8)
       TAIL=8 run verify_embedded 30 python3 -m physinf_ros.bench.cli --model embedded \
