@@ -4,7 +4,10 @@ Speculative decoding on robot-like prompts: is the text the same, what is accept
 Each prompt of config/speculation_prompts.yaml is answered greedy (the embedded model by default)
 with speculation off, then with prompt lookup (ngram:K) for each K of --ks. Greedy speculation
 must give exactly the tokens the one-token loop gives: the script checks every reply against the
-one without speculation and says so loudly when one differs (exit status 1). Per prompt and
+one without speculation. In 16-bit weights a verify step's rows and a plain step round their
+sums differently, so where the plain step's top two logits lie within two bf16 steps of each
+other (a near tie, as test_speculative_gpu.py allows) the replies may part there: such a reply
+is reported as a near tie with the gap; any other difference fails (exit status 1). Per prompt and
 overall: reply tokens per decode step, acceptance (accepted / drafted tokens), and the effective
 speed-up, tokens per step over what an average step costs in plain steps. With a physinf-bench
 --verify-k results file (--verify-costs) a verify step of a j-token draft costs t_verify(k) /
@@ -19,6 +22,7 @@ slowed by another job on the machine does not sway it.
 
 import argparse
 import json
+import math
 from pathlib import Path
 import platform
 import statistics
@@ -31,6 +35,7 @@ from physinf_ros.engine import load
 from physinf_ros.engine.loading import make_proposer
 from physinf_ros.engine.speculative import Speculation
 from physinf_ros.resources import config_path
+import torch
 import yaml
 
 CPU_NOTE = ("CPU timings are not the target's: on a CPU this file shows acceptance and that "
@@ -137,6 +142,25 @@ def summary(runs: Sequence[dict], offs: Sequence[dict],
     return out
 
 
+def bf16_ulp(value: float) -> float:
+    """Spacing of bf16 numbers at value (8 significant bits)."""
+    return 2.0 ** (math.floor(math.log2(max(abs(value), 1e-30))) - 7)
+
+
+def parting(engine, ids: List[int], plain: List[int], other: List[int]) -> dict:
+    """Where two greedy replies part, and the plain step's top-2 logit gap there."""
+    same = 0
+    while same < min(len(plain), len(other)) and plain[same] == other[same]:
+        same += 1
+    engine.decoder.reuse_prefix = False
+    logits = engine.decoder.prompt_logits(ids + plain[:same])[-1].float()
+    engine.decoder.reuse_prefix = True
+    top = torch.topk(logits, 2).values.tolist()
+    gap, ulp = top[0] - top[1], bf16_ulp(top[0])
+    return {'token': same, 'top2_gap': gap, 'bf16_ulp': ulp,
+            'near_tie': engine.info.dtype != 'float32' and gap <= 2 * ulp}
+
+
 def load_prompts(path: Optional[Path]) -> List[dict]:
     """Return the prompts: name, kind, prompt (config/speculation_prompts.yaml by default)."""
     return yaml.safe_load((path or config_path('speculation_prompts.yaml')).read_text())
@@ -176,9 +200,12 @@ def main(argv=None) -> int:
             run = answer(engine, ids, args.max_new_tokens, setting)
             run['identical'] = run['token_ids'] == off['token_ids'] and run['text'] == off['text']
             if not run['identical']:
-                print(f'!!! {entry["name"]} {setting}: the reply DIFFERS from the one without '
-                      f'speculation:\n  off: {off["text"]!r}\n  {setting}: {run["text"]!r}',
-                      file=sys.stderr, flush=True)
+                run['parted'] = parting(engine, ids, off['token_ids'], run['token_ids'])
+                print(f'{"" if run["parted"]["near_tie"] else "!!! "}{entry["name"]} {setting}: '
+                      f'the reply parts from the one without speculation at token '
+                      f'{run["parted"]["token"]}, top-2 gap {run["parted"]["top2_gap"]:.4f} '
+                      f'(bf16 step {run["parted"]["bf16_ulp"]:.4f}):\n  off: {off["text"]!r}'
+                      f'\n  {setting}: {run["text"]!r}', file=sys.stderr, flush=True)
             run['summary'] = summary([run], [off], ratio)
             row[str(setting)] = run
         rows.append(row)
@@ -188,6 +215,8 @@ def main(argv=None) -> int:
     overall = {str(s): summary([r[str(s)] for r in rows], [r['off'] for r in rows], ratio)
                for s in settings}
     identical = all(o['identical'] for o in overall.values())
+    partings = [r[str(s)]['parted'] for r in rows for s in settings if 'parted' in r[str(s)]]
+    unexplained = sum(not p['near_tie'] for p in partings)
     for row in rows:   # the full token lists were for the check; the text stays
         for run in [row['off']] + [row[str(s)] for s in settings]:
             del run['token_ids'], run['text']
@@ -197,7 +226,8 @@ def main(argv=None) -> int:
            'max_new_tokens': args.max_new_tokens, 'machine': platform.machine(),
            'prompts_file': args.prompts.name if args.prompts else 'speculation_prompts.yaml',
            'prompts': len(rows), 'settings': [str(s) for s in settings],
-           'all_identical': identical,
+           'all_identical': identical, 'near_ties': len(partings) - unexplained,
+           'other_differences': unexplained,
            'effective_speedup_source': (
                f'physinf-bench --verify-k: t_verify(k) / t_step of {costs["file"]} '
                f'({costs["model"]}, {costs["mode"]}, ctx {costs["ctx"]}, {costs["target"]})'
@@ -215,10 +245,14 @@ def main(argv=None) -> int:
         print(f'{setting}: identical {o["identical"]}, '
               f'{o["tokens_per_step"] or 0:.2f} tokens/step, acceptance '
               f'{o["acceptance"] or 0:.2f}, effective speed-up {o["effective_speedup"] or 0:.2f}')
-    if not identical:
-        print('!!! SPECULATION CHANGED THE TEXT of a greedy reply: see "identical" in '
-              f'{args.out}', file=sys.stderr)
+    if unexplained:
+        print(f'!!! SPECULATION CHANGED THE TEXT of {unexplained} greedy replies past a near tie: '
+              f'see "parted" in {args.out}', file=sys.stderr)
         return 1
+    if not identical:
+        print(f'replies identical with and without speculation but {len(partings)} that part '
+              f'at a near tie of the plain step (bf16 rounding); wrote {args.out}')
+        return 0
     print(f'all replies identical with and without speculation; wrote {args.out}')
     return 0
 

@@ -5,6 +5,7 @@ import json
 from benchmark_scripts import benchmark_script
 from physinf_ros.bench import results
 from physinf_ros.bench.protocol import Cell, describe, Plan, Session
+from physinf_ros.engine import load, Sampling
 from physinf_ros.engine.base import DecoderInfo
 from physinf_ros.measurement.targets import load_targets
 import pytest
@@ -144,3 +145,15 @@ def test_a_reply_that_differs_is_reported_loudly(monkeypatch, tmp_path, capsys):
     doc = json.loads(out.read_text())
     assert doc['all_identical'] is False and not doc['replies'][0]['ngram:2']['identical']
     assert 'wall-clock' in doc['effective_speedup_source']
+
+
+def test_a_parting_reply_is_a_near_tie_only_in_16_bit_at_a_close_pair():
+    # Where two replies part, the plain step's top-2 gap decides: float32 weights never excuse
+    # a difference, and the gap is the plain path's logits at the first differing token.
+    engine = load('embedded', backend='eager', device='cpu', dtype='float32', max_context=256)
+    ids = engine.encode('Name a fruit.')
+    plain = [engine.decoder.prefill(ids, Sampling())]
+    plain.append(engine.decoder.step())
+    parted = acceptance.parting(engine, ids, plain, plain[:1] + [plain[1] + 1])
+    assert parted['token'] == 1 and parted['top2_gap'] >= 0.0 and not parted['near_tie']
+    assert acceptance.bf16_ulp(1.5) == 2.0 ** -7 and acceptance.bf16_ulp(-3.0) == 2.0 ** -6
