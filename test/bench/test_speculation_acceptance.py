@@ -138,13 +138,19 @@ def test_a_reply_that_differs_is_reported_loudly(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(acceptance, 'answer', answer)
     (tmp_path / 'prompts.yaml').write_text(PROMPTS)
     out = tmp_path / 'out.json'
-    assert acceptance.main(['--prompts', str(tmp_path / 'prompts.yaml'), '--ks', '2',
-                            '--out', str(out)]) == 1
-    err = capsys.readouterr().err
-    assert 'DIFFERS' in err and 'SPECULATION CHANGED THE TEXT' in err
-    doc = json.loads(out.read_text())
-    assert doc['all_identical'] is False and not doc['replies'][0]['ngram:2']['identical']
-    assert 'wall-clock' in doc['effective_speedup_source']
+    for near_tie, code in ((False, 1), (True, 0)):
+        monkeypatch.setattr(acceptance, 'parting', lambda *args: {
+            'token': 1, 'top2_gap': 0.01 if near_tie else 0.5, 'bf16_ulp': 0.0078,
+            'near_tie': near_tie})
+        assert acceptance.main(['--prompts', str(tmp_path / 'prompts.yaml'), '--ks', '2',
+                                '--out', str(out)]) == code
+        err = capsys.readouterr().err
+        assert ('SPECULATION CHANGED THE TEXT' in err) is not near_tie
+        assert 'parts from the one without speculation at token 1' in err
+        doc = json.loads(out.read_text())
+        assert doc['all_identical'] is False and not doc['replies'][0]['ngram:2']['identical']
+        assert doc['near_ties'] == (2 if near_tie else 0)
+        assert 'wall-clock' in doc['effective_speedup_source']
 
 
 def test_a_parting_reply_is_a_near_tie_only_in_16_bit_at_a_close_pair():
