@@ -227,7 +227,7 @@ def main(argv=None):
     parser.add_argument('--model', default='synthetic:llama-3.1-8b')
     parser.add_argument('--contexts', default='2048,8192,16384')
     parser.add_argument('--kinds', help='comma-separated GEMV kinds to sweep (default: all, '
-                        'bf16, _q4, _q4cuda and the verify step\'s rows_); the others keep '
+                        "bf16, _q4, _q4cuda and the verify step's rows_); the others keep "
                         'their tuned shapes')
     parser.add_argument('--skip-attention', action='store_true')
     parser.add_argument('--out', required=True)

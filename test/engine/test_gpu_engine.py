@@ -243,7 +243,6 @@ def test_graphed_and_eager_agree_and_sampling_repeats():
     assert run(hot) == run(hot), 'a seeded sampled reply that reuses the cache must repeat'
 
 
-
 @pytest.mark.parametrize('sampling', [Sampling(), Sampling(temperature=1.2, top_p=0.9, seed=11)],
                          ids=['greedy', 'seeded'])
 def test_overlapped_loop_gives_the_step_by_step_tokens(sampling):

@@ -1075,7 +1075,8 @@ def _rows_launch(kind: str, w: torch.Tensor, x: torch.Tensor, config: KernelConf
     dot = tl.float32 if INTERPRET else _TL_DTYPES[w.dtype]
     precision = 'ieee' if dot == tl.float32 else 'tf32'   # ignored for 16-bit operands
     return cfg, {'ROWS_P': ROWS_P, 'BLOCK_N': cfg.block_n, 'BLOCK_K': cfg.block_k,
-                 'DOT': dot, 'PRECISION': precision, 'STREAM': config.stream(), 'num_warps': cfg.num_warps,
+                 'DOT': dot, 'PRECISION': precision, 'STREAM': config.stream(),
+                 'num_warps': cfg.num_warps,
                  **_pdl(x.device)}
 
 

@@ -4,8 +4,9 @@ KV reuse in the graphed engine on a GPU (skipped where there is no GPU).
 After a reused prefill, teacher-forced bf16 logits are within the engine's usual tolerance of
 transformers' float32 ones (test_gpu_engine.check_logits': no further than transformers' own
 bf16 forward, 1.5x, at the median and the worst step), as the cold prefill's are: a wrong kept
-prefix (a discarded step's key and value, an offset position) would put them far off. The reply is decoded with the overlapped loop, which launches
-steps ahead and discards them at the end.
+prefix (a discarded step's key and value, an offset position) would put them far off. The
+reply is decoded with the overlapped loop, which launches steps ahead and discards them at the
+end.
 """
 
 from statistics import median
