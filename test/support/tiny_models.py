@@ -1,5 +1,6 @@
 """Tiny random checkpoints of the paper's architectures, shaped like config/models.yaml."""
 
+from physinf_ros.engine.model.llama import KVCache
 from physinf_ros.engine.weights.source import synthetic_config
 import torch
 
@@ -98,3 +99,13 @@ def dequantised_copy(gptq_dir, out):
     config['torch_dtype'] = 'float32'
     (out / 'config.json').write_text(json.dumps(config))
     return out
+
+
+def twin_caches(config, max_context, device, dtype):
+    """Two KV caches of config holding the same random keys and values: reference and kernel."""
+    caches = [KVCache.allocate(config, max_context, device, dtype) for _ in range(2)]
+    for name in ('k', 'v'):
+        getattr(caches[0], name).copy_(torch.randn(getattr(caches[0], name).shape,
+                                                   device=device).to(dtype))
+        getattr(caches[1], name).copy_(getattr(caches[0], name))
+    return caches

@@ -13,7 +13,7 @@ from physinf_ros.engine.model.config import ModelConfig
 from physinf_ros.engine.model.llama import KVCache, rope_tables
 from physinf_ros.engine.weights.source import synthetic_config
 import pytest
-from tiny_models import FAMILY_CASES, tiny_config
+from tiny_models import FAMILY_CASES, tiny_config, twin_caches
 import torch
 
 DEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
@@ -73,11 +73,7 @@ def test_attention_with_a_window_and_a_scale(dtype, heads, kv_heads, dim, window
     config = ModelConfig('gemma3_text', 10, heads * dim, 8, 1, heads, kv_heads, dim, 1e-6,
                          10000.0)
     cos, sin = rope_tables(config, max_context, DEVICE)
-    caches = [KVCache.allocate(config, max_context, DEVICE, dtype) for _ in range(2)]
-    caches[0].k.copy_(rand(*caches[0].k.shape, dtype=dtype))
-    caches[0].v.copy_(rand(*caches[0].v.shape, dtype=dtype))
-    caches[1].k.copy_(caches[0].k)
-    caches[1].v.copy_(caches[0].v)
+    caches = twin_caches(config, max_context, DEVICE, dtype)
     for length in (1, 17, 250):
         pos = torch.tensor([length - 1], dtype=torch.int32, device=DEVICE)
         qkv = rand((heads + 2 * kv_heads) * dim)

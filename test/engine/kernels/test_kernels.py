@@ -10,7 +10,7 @@ from physinf_ros.engine.model.llama import (decode_one_token, from_state_dict, f
                                             synthetic_state_dict)
 from poisoned_scratch import poison_scratch
 import pytest
-from tiny_models import tiny_config
+from tiny_models import tiny_config, twin_caches
 import torch
 
 DEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
@@ -95,11 +95,7 @@ def test_rope_cache_and_attention(dtype, heads, kv_heads):
     dim, max_context = 32, 300
     config = ModelConfig('llama', 10, heads * dim, 8, 1, heads, kv_heads, dim, 1e-5, 10000.0)
     cos, sin = rope_tables(config, max_context, DEVICE)
-    caches = [KVCache.allocate(config, max_context, DEVICE, dtype) for _ in range(2)]
-    caches[0].k.copy_(rand(*caches[0].k.shape, dtype=dtype))
-    caches[0].v.copy_(rand(*caches[0].v.shape, dtype=dtype))
-    caches[1].k.copy_(caches[0].k)
-    caches[1].v.copy_(caches[0].v)
+    caches = twin_caches(config, max_context, DEVICE, dtype)
     for length in (1, 17, 250):   # the new key in the only split, a middle one, the last
         pos = torch.tensor([length - 1], dtype=torch.int32, device=DEVICE)
         qkv = rand((heads + 2 * kv_heads) * dim)

@@ -3,9 +3,10 @@
 from physinf_ros.engine.kernels import ops_torch, ops_triton
 from physinf_ros.engine.kernels.config import KernelConfig
 from physinf_ros.engine.model.config import ModelConfig
-from physinf_ros.engine.model.llama import KVCache, rope_tables
+from physinf_ros.engine.model.llama import rope_tables
 from poisoned_scratch import poison_scratch
 import pytest
+from tiny_models import twin_caches
 import torch
 
 DEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
@@ -34,11 +35,7 @@ def test_rows_attention_is_the_step_row_by_row(monkeypatch, dtype, heads, kv_hea
     max_context = 300
     config = ModelConfig('llama', 10, heads * dim, 8, 1, heads, kv_heads, dim, 1e-5, 10000.0)
     cos, sin = rope_tables(config, max_context, DEVICE)
-    caches = [KVCache.allocate(config, max_context, DEVICE, dtype) for _ in range(2)]
-    caches[0].k.copy_(rand(*caches[0].k.shape, dtype=dtype))
-    caches[0].v.copy_(rand(*caches[0].v.shape, dtype=dtype))
-    caches[1].k.copy_(caches[0].k)
-    caches[1].v.copy_(caches[0].v)
+    caches = twin_caches(config, max_context, DEVICE, dtype)
     for first in (0, 17, 250):   # from the cache's start, a short prefix, a long one
         pos = torch.arange(first, first + rows, dtype=torch.int32, device=DEVICE)
         qkv = rand(rows, (heads + 2 * kv_heads) * dim)
