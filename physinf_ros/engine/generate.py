@@ -120,9 +120,14 @@ class Generation:
     def _follow_grammar(self, token_id: int) -> None:
         # Before the next step is launched: its choice reads the mask filled here.
         constraint = self.constraint
+        masked = constraint.allows(token_id)   # the mask this token was chosen under
         if not constraint.advance(token_id):
             self.finish_reason = FINISH_ERROR
-            self.detail = f'the reply left its grammar: {constraint.dead_end}'
+            where = f'reply token {len(self.token_ids)} (id {token_id})'
+            # Which side failed: a decoder whose choice ignored its mask, or the grammar.
+            self.detail = (f'the reply left its grammar at {where}: ' + (
+                constraint.dead_end if masked else
+                'the decoder chose a token its mask did not allow (a decoder fault)'))
         elif constraint.finished:
             self.finish_reason = FINISH_EOS
             self.detail = 'the reply completed its grammar'

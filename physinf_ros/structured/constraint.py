@@ -131,6 +131,11 @@ class Constraint:
         return torch.from_numpy(np.unpackbits(bits.view(np.uint8), count=self.vocabulary.n_vocab,
                                               bitorder='little').view(np.bool_))
 
+    def allows(self, token: int) -> bool:
+        """Say whether the mask as last filled allows token (the one a step chose under)."""
+        return 0 <= token < self.vocabulary.n_vocab and bool(
+            (int(self.bits[token // 32]) >> (token % 32)) & 1)
+
     def advance(self, token: int) -> bool:
         """Feed the chosen token; False (and dead_end set) when the grammar refuses it."""
         if token in self.vocabulary.stop_ids:

@@ -2,6 +2,8 @@
 
 import json
 
+from physinf_ros.engine.base import DeferredStep, Sampling
+from physinf_ros.engine.generate import Generation
 from physinf_ros.engine.weights.resolve import resolve
 from physinf_ros.structured import compile_constraint, ConstraintError, OutputFormat, Vocabulary
 from physinf_ros.structured.examples import robot_schemas
@@ -108,3 +110,34 @@ def test_logits_outside_the_grammar_become_minus_infinity(tokenizer):
     finite = torch.isfinite(masked).nonzero().flatten().tolist()
     assert finite and all(t < len(tokenizer) for t in finite)
     assert all(tokenizer.decode([t]) in ('yes', 'no', 'y', 'n', 'ye') for t in finite)
+
+
+class _IgnoresItsMask:
+    """A decoder fault: it answers the script's token whatever the mask allows."""
+
+    def __init__(self, script):
+        self.script, self.position, self.cached_tokens = list(script), 0, 0
+
+    def prefill(self, token_ids, sampling, allowed=None) -> int:
+        return self.script.pop(0)
+
+    def launch(self):
+        return DeferredStep(lambda: self.script.pop(0))
+
+
+def test_a_token_outside_its_mask_ends_the_reply_naming_the_decoder(vocabulary, tokenizer):
+    # The mask a token was chosen under tells the two failures apart: a decoder that ignored
+    # it (here), or a grammar that refuses what its own mask allowed.
+    schema = next(s['schema'] for s in SCHEMAS if s['name'] == 'goto')
+    allowed_first = tokenizer.encode('{"', add_special_tokens=False)
+    stray = tokenizer.encode(' hello', add_special_tokens=False)
+    assert len(allowed_first) == 1 and len(stray) == 1
+    for script, token in ((allowed_first + stray, 2), (stray, 1)):
+        generation = Generation(_IgnoresItsMask(script), None, frozenset(), [5, 6], 8, Sampling(),
+                                constraint=compile_constraint(vocabulary,
+                                                              OutputFormat(json.dumps(schema))))
+        list(generation)
+        assert generation.finish_reason == 'error'
+        assert generation.detail == (f'the reply left its grammar at reply token {token} (id '
+                                     f'{stray[0]}): the decoder chose a token its mask did not '
+                                     'allow (a decoder fault)')
