@@ -124,10 +124,9 @@ class Engine:
         chosen = record(name)
         shared = chosen.family.shared(old)
         build = Build(info, old.device, self.source, log, self.kernel_config, stack_of(name))
-        # Let the old cache and graphs go before the new ones are made. A decoder is in
+        # Let the old cache and graphs go before the new ones are made: a decoder is in
         # reference cycles (its launched steps call back into it), so only a collection frees
-        # it; left to a later one, it destroyed its graphs during the new decoder's capture,
-        # which ends that capture with an error.
+        # its memory. (A capture is kept from collections by NativeDecoder._captured.)
         self.decoder = old = None
         gc.collect()
         self.decoder = chosen.make(shared, build)

@@ -53,6 +53,14 @@ def _pdl(device: torch.device) -> dict:
     return {'PDL': True, 'launch_pdl': True} if _PDL[index] else {'PDL': False}
 
 
+def _products(dtype: torch.dtype) -> tuple:
+    # (tl.dot's operand dtype, its input precision) for operands of dtype: the dtype itself,
+    # float32 in the interpreter (which has no bf16 products); float32 gets full float32
+    # products, not TF32 (the precision is ignored for 16-bit operands).
+    dot = tl.float32 if INTERPRET else _TL_DTYPES[dtype]
+    return dot, 'ieee' if dot == tl.float32 else 'tf32'
+
+
 def _even(n: int, k: int, cfg: GemvConfig) -> bool:
     # Split boundaries are multiples of block_k, so these two make every tile whole.
     return n % cfg.block_n == 0 and k % cfg.block_k == 0
@@ -194,15 +202,29 @@ def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
 
 
 @triton.jit
+def _gate_up_rows(W, outputs, K, ROW_BLOCK: tl.constexpr):
+    # Pointers to the gate and up weight rows of outputs, in llama.fuse_gate_up's layout:
+    # ROW_BLOCK gate rows, then the same up rows.
+    gate_index = (outputs // ROW_BLOCK) * 2 * ROW_BLOCK + outputs % ROW_BLOCK
+    gate_rows = W + gate_index.to(tl.int64)[:, None] * K
+    return gate_rows, gate_rows + ROW_BLOCK * K
+
+
+@triton.jit
+def _gated(gate, up, GELU: tl.constexpr):
+    if GELU:   # GeGLU, gelu's tanh form: 0.5 g (1 + tanh(u)) = g sigmoid(2 u)
+        u = 0.7978845608028654 * (gate + 0.044715 * gate * gate * gate)
+        return gate * tl.sigmoid(2.0 * u) * up
+    return gate * tl.sigmoid(gate) * up
+
+
+@triton.jit
 def _gate_up_kernel(W, X, Y, NORM, N, K, eps, ROW_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_K: tl.constexpr, EVEN: tl.constexpr, STREAM: tl.constexpr,
                     GELU: tl.constexpr, PDL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
-    # llama.fuse_gate_up's layout: ROW_BLOCK gate rows, then the same up rows.
-    gate_index = (rows // ROW_BLOCK) * 2 * ROW_BLOCK + rows % ROW_BLOCK
-    gate_rows = W + gate_index.to(tl.int64)[:, None] * K
-    up_rows = gate_rows + ROW_BLOCK * K
+    gate_rows, up_rows = _gate_up_rows(W, rows, K, ROW_BLOCK)
     gate_next = _tile(gate_rows, row_mask, 0, K, BLOCK_K, EVEN, STREAM)
     up_next = _tile(up_rows, row_mask, 0, K, BLOCK_K, EVEN, STREAM)
     _grid_sync(PDL)
@@ -220,11 +242,7 @@ def _gate_up_kernel(W, X, Y, NORM, N, K, eps, ROW_BLOCK: tl.constexpr, BLOCK_N: 
     inv_rms = _inv_rms(squares, K, eps)
     gate = tl.sum(acc_gate, axis=1) * inv_rms
     up = tl.sum(acc_up, axis=1) * inv_rms
-    if GELU:   # GeGLU, gelu's tanh form: 0.5 g (1 + tanh(u)) = g sigmoid(2 u)
-        act = gate * tl.sigmoid(2.0 * 0.7978845608028654 * (gate + 0.044715 * gate * gate * gate))
-    else:
-        act = gate * tl.sigmoid(gate)
-    tl.store(Y + rows, act * up, mask=row_mask)
+    tl.store(Y + rows, _gated(gate, up, GELU), mask=row_mask)
 
 
 @triton.jit
@@ -468,9 +486,7 @@ def _rows_gate_up_kernel(W, X, Y, NORM, R, N, K, eps, ROW_BLOCK: tl.constexpr,
     # _gate_up_kernel over R rows, each weight tile read once for all (_rows_matvec_kernel).
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = cols < N
-    gate_index = (cols // ROW_BLOCK) * 2 * ROW_BLOCK + cols % ROW_BLOCK
-    gate_rows = W + gate_index.to(tl.int64)[:, None] * K
-    up_rows = gate_rows + ROW_BLOCK * K
+    gate_rows, up_rows = _gate_up_rows(W, cols, K, ROW_BLOCK)
     r = tl.arange(0, ROWS_P)
     r_mask = r < R
     _grid_sync(PDL)
@@ -488,13 +504,8 @@ def _rows_gate_up_kernel(W, X, Y, NORM, R, N, K, eps, ROW_BLOCK: tl.constexpr,
         acc_gate += tl.dot(w_gate.to(DOT), x, input_precision=PRECISION, out_dtype=tl.float32)
         acc_up += tl.dot(w_up.to(DOT), x, input_precision=PRECISION, out_dtype=tl.float32)
     inv_rms = (1.0 / tl.sqrt(tl.sum(squares, axis=1) / K + eps))[None, :]
-    gate = acc_gate * inv_rms
-    up = acc_up * inv_rms
-    if GELU:   # as _gate_up_kernel's
-        act = gate * tl.sigmoid(2.0 * 0.7978845608028654 * (gate + 0.044715 * gate * gate * gate))
-    else:
-        act = gate * tl.sigmoid(gate)
-    tl.store(Y + r.to(tl.int64)[None, :] * N + cols[:, None], act * up,
+    tl.store(Y + r.to(tl.int64)[None, :] * N + cols[:, None],
+             _gated(acc_gate * inv_rms, acc_up * inv_rms, GELU),
              mask=n_mask[:, None] & r_mask[None, :])
 
 
@@ -682,18 +693,14 @@ def _rows_rope_store_kernel(QKV, Q, KC, VC, POS, COS, SIN, max_context, num_head
     pos = tl.load(POS + row).to(tl.int32)
     cos, sin = _rope_tables(COS, SIN, pos, D)
     src = QKV + row.to(tl.int64) * (num_heads + 2 * kv_heads) * D
+    rotated = _rotated(tl.load(src + head * D + d), tl.load(src + head * D + (d + D // 2) % D),
+                       cos, sin, D, KC.dtype.element_ty)
     if head < num_heads:
-        x = tl.load(src + head * D + d)
-        partner = tl.load(src + head * D + (d + D // 2) % D)
-        q = _rotated(x, partner, cos, sin, D, KC.dtype.element_ty)
-        tl.store(Q + (row.to(tl.int64) * num_heads + head) * D + d, q.to(Q.dtype.element_ty))
+        tl.store(Q + (row.to(tl.int64) * num_heads + head) * D + d,
+                 rotated.to(Q.dtype.element_ty))
     else:
-        kv_head = head - num_heads
-        x = tl.load(src + head * D + d)
-        partner = tl.load(src + head * D + (d + D // 2) % D)
-        k = _rotated(x, partner, cos, sin, D, KC.dtype.element_ty)
-        slot = (kv_head.to(tl.int64) * max_context + pos) * D
-        tl.store(KC + slot + d, k.to(KC.dtype.element_ty))
+        slot = ((head - num_heads).to(tl.int64) * max_context + pos) * D
+        tl.store(KC + slot + d, rotated.to(KC.dtype.element_ty))
         tl.store(VC + slot + d, tl.load(src + (head + kv_heads) * D + d).to(VC.dtype.element_ty))
 
 
@@ -1037,9 +1044,7 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
     maxs = torch.empty(kv_heads * splits * group_p, device=device, dtype=torch.float32)
     sums = torch.empty_like(maxs)
     accs = torch.empty(kv_heads * splits * group_p, dim, device=device, dtype=torch.float32)
-    # Matrix units in the cache dtype; a float32 cache gets full float32 products, not TF32.
-    dot = tl.float32 if INTERPRET else _TL_DTYPES[k_cache.dtype]
-    precision = 'ieee' if dot == tl.float32 else 'tf32'  # ignored for 16-bit operands
+    dot, precision = _products(k_cache.dtype)   # matrix units in the cache dtype
     pdl = _pdl(device)
     if not window and config.attention_cuda_path(qkv, pos, cos, sin, k_cache, v_cache,
                                                  num_heads):
@@ -1070,10 +1075,7 @@ def _rows_kernel(x: torch.Tensor, w) -> bool:
 def _rows_launch(kind: str, w: torch.Tensor, x: torch.Tensor, config: KernelConfig) -> tuple:
     # (launch shape, the launch's common keywords) of a rows GEMV of w's shape.
     cfg = config.gemv(kind, w.shape[0], w.shape[1])
-    # Products in the weight dtype (the interpreter's in float32, which it has); float32
-    # weights get full float32 products, not TF32.
-    dot = tl.float32 if INTERPRET else _TL_DTYPES[w.dtype]
-    precision = 'ieee' if dot == tl.float32 else 'tf32'   # ignored for 16-bit operands
+    dot, precision = _products(w.dtype)
     return cfg, {'ROWS_P': ROWS_P, 'BLOCK_N': cfg.block_n, 'BLOCK_K': cfg.block_k,
                  'DOT': dot, 'PRECISION': precision, 'STREAM': config.stream(),
                  'num_warps': cfg.num_warps,
@@ -1164,8 +1166,7 @@ def rows_rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor,
     most = 64 if dim <= 128 else 32
     block_r = min(triton.next_power_of_2(rows), max(1, most // group_p))
     block_r = max(block_r, 16 // min(group_p, 16))
-    dot = tl.float32 if INTERPRET else _TL_DTYPES[k_cache.dtype]
-    precision = 'ieee' if dot == tl.float32 else 'tf32'   # ignored for 16-bit operands
+    dot, precision = _products(k_cache.dtype)
     device = qkv.device
     # q in the dtype of the products, as the step's split kernel rounds it.
     q = torch.empty(rows, num_heads, dim, device=device,
