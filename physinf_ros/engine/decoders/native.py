@@ -132,8 +132,8 @@ class NativeDecoder:
         self._allowed_host = torch.zeros(words, dtype=torch.int32,
                                          pin_memory=device.type == 'cuda')
         self._allowed: Optional[AllowedTokens] = None
-        # A verify step's drafted tokens (after the pending one), its rows' position offsets
-        # and logits; made at the first verify.
+        # A verify step's drafted tokens (after the pending one) and its rows' logits; made at
+        # the first verify.
         self._verify: Optional[Dict[str, torch.Tensor]] = None
         # A short prompt's rows (PREFILL_ROWS) run through the family's decode_layers over rows
         # (RowOps), captured per row count where graphed: a prefill then costs its weight
@@ -142,6 +142,9 @@ class NativeDecoder:
         self.prefill_rows = PREFILL_ROWS if self.graphed and not weights.step_facts().group_size \
             else ()
         self._rows_prefill: Optional[Dict[str, torch.Tensor]] = None
+        # Position offsets 0, 1, ... of a forward's rows (a verify step's, a prefill's).
+        self._row_offsets = torch.arange(max(MAX_DRAFT + 1, *PREFILL_ROWS), dtype=torch.int32,
+                                         device=device)
         self._position = 0
         self._started = False
         self.reuse_prefix = True
@@ -295,8 +298,7 @@ class NativeDecoder:
                 # [ids of the rows..., start, last row], in one copy from the host
                 'args': torch.zeros(most + 2, dtype=torch.long, device=self.device),
                 'host': torch.zeros(most + 2, dtype=torch.long,
-                                    pin_memory=self.device.type == 'cuda'),
-                'offsets': torch.arange(most, dtype=torch.int32, device=self.device)}
+                                    pin_memory=self.device.type == 'cuda')}
         p = self._rows_prefill
         # The last prefill's copy out of host is done: its logits were read on the host.
         p['host'][:rows + 2] = torch.tensor(new + [0] * (rows - len(new)) + [start, len(new) - 1])
@@ -311,7 +313,7 @@ class NativeDecoder:
     def _prefill_rows_body(self, rows: int) -> None:
         w, p = self.weights, self._rows_prefill
         ids, start, last = p['args'][:rows], p['args'][rows:rows + 1], p['args'][rows + 1:rows + 2]
-        x = self.family.decode_layers(w, self.cache, ids, start.int() + p['offsets'][:rows],
+        x = self.family.decode_layers(w, self.cache, ids, start.int() + self._row_offsets[:rows],
                                       self.cos, self.sin, RowOps(self.ops))
         # Only the last prompt token's logits are wanted: one row through the step's lm_head.
         self.ops.rms_matvec(x.index_select(0, last)[0], w.norm, w.lm_head, None,
@@ -395,7 +397,7 @@ class NativeDecoder:
         w, v = self.weights, self._verify
         ops = RowOps(self.ops)
         ids = torch.cat([self.token, v['draft'][:rows - 1]])
-        x = self.family.decode_layers(w, self.cache, ids, self.pos + v['offsets'][:rows],
+        x = self.family.decode_layers(w, self.cache, ids, self.pos + self._row_offsets[:rows],
                                       self.cos, self.sin, ops)
         ops.rms_matvec(x, w.norm, w.lm_head, None, w.config.rms_norm_eps,
                        out=v['logits'][:rows])
@@ -421,7 +423,6 @@ class NativeDecoder:
                 'draft': torch.zeros(MAX_DRAFT, dtype=torch.long, device=self.device),
                 'host': torch.zeros(MAX_DRAFT, dtype=torch.long,
                                     pin_memory=self.device.type == 'cuda'),
-                'offsets': torch.arange(MAX_DRAFT + 1, dtype=torch.int32, device=self.device),
                 'logits': torch.zeros(MAX_DRAFT + 1, vocab, dtype=torch.float32,
                                       device=self.device)}
         v = self._verify

@@ -88,8 +88,8 @@ def test_attention_with_a_window_and_a_scale(dtype, heads, kv_heads, dim, window
             assert rel(whole, ref) > 1e-2
 
 
-@pytest.mark.parametrize('name', sorted(FAMILY_CASES))
-def test_whole_step_of_each_family_matches_the_torch_path(name):
+def prefilled(name):
+    """A tiny float32 model of family name, its rotary tables and two caches holding a prompt."""
     arch, tie, sizes = FAMILY_CASES[name]
     config = ModelConfig.from_hf(tiny_config(arch, tie, sizes))
     family = families.module(config)
@@ -105,6 +105,12 @@ def test_whole_step_of_each_family_matches_the_torch_path(name):
     prompt = torch.arange(3, 24, device=DEVICE)
     for cache in caches:
         families.prefill(family, weights, cache, prompt, cos, sin)
+    return family, weights, cos, sin, caches, prompt
+
+
+@pytest.mark.parametrize('name', sorted(FAMILY_CASES))
+def test_whole_step_of_each_family_matches_the_torch_path(name):
+    family, weights, cos, sin, caches, prompt = prefilled(name)
     token = torch.tensor([5], device=DEVICE)
     ops = ops_triton.KernelOps(KernelConfig())   # as a decoder holds them
     for step in range(3):
@@ -119,15 +125,7 @@ def test_whole_step_of_each_family_matches_the_torch_path(name):
 def test_verify_step_of_each_family_is_its_steps_one_by_one(name):
     # RowOps over the kernels (rows_rope_attention, head_norm over rows): four rows in one
     # forward give the residuals that four decode steps of the torch path give in turn.
-    arch, tie, sizes = FAMILY_CASES[name]
-    config = ModelConfig.from_hf(tiny_config(arch, tie, sizes))
-    family = families.module(config)
-    weights = families.synthetic_weights(config, DEVICE, torch.float32)
-    cos, sin = family.rope_tables(config, 64, DEVICE)
-    caches = [KVCache.allocate(config, 64, DEVICE, torch.float32) for _ in range(2)]
-    prompt = torch.arange(3, 24, device=DEVICE)
-    for cache in caches:
-        families.prefill(family, weights, cache, prompt, cos, sin)
+    family, weights, cos, sin, caches, prompt = prefilled(name)
     tokens = torch.tensor([5, 9, 2, 11], device=DEVICE)
     pos = torch.arange(len(prompt), len(prompt) + 4, dtype=torch.int32, device=DEVICE)
     ref = torch.stack([family.decode_layers(weights, caches[0], tokens[j:j + 1], pos[j:j + 1],
