@@ -89,7 +89,7 @@ def test_attention_with_a_window_and_a_scale(dtype, heads, kv_heads, dim, window
 
 
 def prefilled(name):
-    """A tiny float32 model of family name, its rotary tables and two caches holding a prompt."""
+    """Return a tiny float32 model of family name, its tables and two caches holding a prompt."""
     arch, tie, sizes = FAMILY_CASES[name]
     config = ModelConfig.from_hf(tiny_config(arch, tie, sizes))
     family = families.module(config)
