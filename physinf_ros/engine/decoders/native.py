@@ -14,10 +14,12 @@ kernel stamps the GPU's clock, and its last writes the nanoseconds since then be
 No timing event sits in or before the graph and no copy after it; each cost the synchronous step
 3-35 us (docs/PERF.md, v23, v26 and v27).
 
-A constrained reply (a JSON schema or grammar: AllowedTokens) has graphs of its own, whose
-choice reads the grammar's bitmask from a device buffer; the host copies the next mask into it
-before each replay, so such a reply launches one step ahead, not two (the mask for step n+1
-needs token n).
+A constrained reply (a JSON schema or grammar: AllowedTokens) launches one step ahead, not two
+(the mask for step n+1 needs token n), as two graphs: the forward (layers and lm_head), which
+needs no mask, and the choice, which reads the grammar's bitmask from a device buffer the host
+copies the next mask into. Step n+1's forward is queued right behind step n's choice, so the
+device runs it while the host reads token n and computes the next mask: the mask costs the step
+only what it takes beyond a forward. A reply's last queued forward is discarded with it.
 
 KV reuse: the cache keeps the sequence last decoded, and a prefill runs only the tokens after
 the prefix it shares with the next prompt, from that position on in the same static cache (the
@@ -34,7 +36,7 @@ the filled part of the cache at every length: no buckets, no padding to the maxi
 
 from dataclasses import replace
 import gc
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy
 import torch
@@ -132,6 +134,11 @@ class NativeDecoder:
         self._allowed_host = torch.zeros(words, dtype=torch.int32,
                                          pin_memory=device.type == 'cuda')
         self._allowed: Optional[AllowedTokens] = None
+        # A constrained step's forward needs no mask: on CUDA the next one is queued behind each
+        # choice, so it runs while the host computes the next mask, and the mask's time is
+        # hidden up to a forward's (on a CPU, which computes as it launches, nothing would run).
+        self.mask_overlap = device.type == 'cuda'
+        self._forward_queued = False   # the forward of the step at _position is queued
         # A verify step's drafted tokens (after the pending one) and its rows' logits; made at
         # the first verify.
         self._verify: Optional[Dict[str, torch.Tensor]] = None
@@ -177,17 +184,29 @@ class NativeDecoder:
         return self._position
 
     @torch.inference_mode()
-    def _body(self, greedy: bool, constrained: bool = False) -> None:
-        # The step as captured: everything on the device, nothing read back.
+    def _body(self, greedy: bool) -> None:
+        # A free step as captured: everything on the device, nothing read back.
+        if greedy:
+            w = self.weights
+            x = self.family.decode_layers(w, self.cache, self.token, self.pos, self.cos,
+                                          self.sin, self.ops)
+            self.ops.greedy_head(x, w.norm, w.lm_head, w.config.rms_norm_eps, self.logits,
+                                 self.token, self.pos, self._host_out)
+            return
+        self._forward_body()
+        self._choice_body(greedy=False, constrained=False)
+
+    @torch.inference_mode()
+    def _forward_body(self) -> None:
+        # A step's first part, which needs no mask: every layer and the lm_head into logits.
         w = self.weights
         x = self.family.decode_layers(w, self.cache, self.token, self.pos, self.cos, self.sin,
                                       self.ops)
-        eps = w.config.rms_norm_eps
-        if greedy and not constrained:
-            self.ops.greedy_head(x, w.norm, w.lm_head, eps, self.logits, self.token, self.pos,
-                                 self._host_out)
-            return
-        self.ops.rms_matvec(x, w.norm, w.lm_head, None, eps, out=self.logits)
+        self.ops.rms_matvec(x, w.norm, w.lm_head, None, w.config.rms_norm_eps, out=self.logits)
+
+    @torch.inference_mode()
+    def _choice_body(self, greedy: bool, constrained: bool) -> None:
+        # A step's second part: the (masked) choice from logits, its reply row, the position.
         logits = mask_logits(self.logits, self.allowed_bits) if constrained else self.logits
         if greedy:
             self.token.copy_(torch.argmax(logits).view(1))
@@ -213,10 +232,16 @@ class NativeDecoder:
             self.info = replace(self.info, backend='eager', note=note)
             self._body(greedy=True)
 
-    def _graph(self, greedy: bool, constrained: bool = False) -> torch.cuda.CUDAGraph:
+    def _graph(self, greedy: bool) -> torch.cuda.CUDAGraph:
+        return self._captured(greedy, lambda: self._body(greedy),
+                              f'{"greedy" if greedy else "sampling"} decode step')
+
+    def _parts(self, greedy: bool) -> Tuple[torch.cuda.CUDAGraph, torch.cuda.CUDAGraph]:
+        # A constrained step's two graphs: the forward, then the masked choice.
         kind = 'greedy' if greedy else 'sampling'
-        return self._captured((greedy, constrained), lambda: self._body(greedy, constrained),
-                              f'{kind} {"constrained " if constrained else ""}decode step')
+        return (self._captured('forward', self._forward_body, 'decode step forward'),
+                self._captured(('choice', greedy), lambda: self._choice_body(greedy, True),
+                               f'{kind} constrained choice'))
 
     def _captured(self, key, body: Callable[[], None], what: str) -> torch.cuda.CUDAGraph:
         # The graph of body, captured at its first use with the step state left as it was.
@@ -259,8 +284,11 @@ class NativeDecoder:
         if not sampling.greedy:
             self.temperature.fill_(sampling.temperature)
             self.top_p.fill_(sampling.top_p)
-        if self.graphed and (allowed is not None or not sampling.greedy):
-            self._graph(sampling.greedy, allowed is not None)
+        if self.graphed and allowed is not None:
+            self._parts(sampling.greedy)
+        elif self.graphed and not sampling.greedy:
+            self._graph(greedy=False)
+        self._forward_queued = False
         reuse = self.reuse_prefix and self.family.REUSES_PREFIX
         keep = reusable_prefix(self._held, token_ids) if reuse else 0
         # Until the prompt is in, the cache holds only the kept prefix.
@@ -324,6 +352,7 @@ class NativeDecoder:
         if token is not None:
             self.token.fill_(token)   # teacher forcing: one small copy before the step
             self._feeds = token
+            self._forward_queued = False   # a queued forward read the token replaced here
         return self.launch().wait().token
 
     def launch(self) -> PendingStep:
@@ -384,12 +413,28 @@ class NativeDecoder:
             # The request's noise, drawn outside the graph so its seed holds (one launch).
             self.race.exponential_(generator=self._generator)
         if constrained:
-            self._load_allowed()
-        if self.graphed:
-            self._graph(greedy, constrained).replay()
+            self._constrained_step(greedy)
+        elif self.graphed:
+            self._graph(greedy).replay()
         else:
-            self._body(greedy, constrained)
+            self._body(greedy)
         self._position += 1
+
+    def _constrained_step(self, greedy: bool) -> None:
+        # This step's forward was queued behind the last choice (mask_overlap) and ran while
+        # the host computed this step's mask, so the step waits only for the mask's copy.
+        if self.graphed:
+            forward, choice = (graph.replay for graph in self._parts(greedy))
+        else:
+            forward, choice = self._forward_body, lambda: self._choice_body(greedy, True)
+        if not self._forward_queued:
+            forward()
+        self._load_allowed()
+        choice()
+        # The next step's forward, where the context has room for it (check_room).
+        self._forward_queued = self.mask_overlap and self._position + 2 < self.info.max_context
+        if self._forward_queued:
+            forward()
 
     @torch.inference_mode()
     def _verify_body(self, rows: int) -> None:
@@ -467,6 +512,7 @@ class NativeDecoder:
     def _move_to(self, length: int, token: int) -> None:
         # No step may be in flight: the callers (speculation) wait for each one.
         self._reply += 1   # a step launched before this is not of the sequence that follows
+        self._forward_queued = False
         self._position = length
         self.pos.fill_(length)
         self.token.fill_(token)
@@ -486,6 +532,7 @@ class NativeDecoder:
             raise ContextFull(f'{len(token_ids)} tokens do not fit a context of '
                               f'{self.info.max_context}')
         self._started = False   # the cache now holds this sequence, not the reply
+        self._forward_queued = False
         self._held, self._feeds, self._reply = [], None, self._reply + 1
         self._position = len(token_ids)
         ids = torch.tensor(list(token_ids), dtype=torch.long, device=self.device)
