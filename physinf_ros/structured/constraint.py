@@ -84,13 +84,33 @@ class Vocabulary:
     """
 
     def __init__(self, tokenizer, stop_ids: Iterable[int], n_vocab: Optional[int] = None):
-        import llguidance.hf
+        import llguidance
         self.n_vocab = max(n_vocab or 0, len(tokenizer))
         self.stop_ids = sorted(stop_ids)
         if not self.stop_ids:
             raise ConstraintError('the model has no end-of-sequence token to end a reply with')
-        self.tokens = llguidance.hf.from_tokenizer(tokenizer, n_vocab=self.n_vocab,
-                                                   eos_token=self.stop_ids)
+        self.tokens = llguidance.LLTokenizer(tokenizer_json(tokenizer), n_vocab=self.n_vocab,
+                                             eos_token=self.stop_ids)
+
+
+def tokenizer_json(tokenizer) -> str:
+    """
+    A fast tokenizer's tokenizer.json as llguidance should read it (its tokens' bytes).
+
+    A byte-level BPE's decoder is its ByteLevel step alone. transformers 5.17 converts a GGUF's
+    byte-level BPE (the embedded model's) with sentencepiece's decoders before that step
+    (ByteFallback, Fuse, Replace of U+2581); llguidance then takes each token's text for its
+    bytes ('Ġ"' for ' "'), and its masks allow tokens it then refuses to consume. Decoding
+    is right either way: the ByteLevel step comes last.
+    """
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    spec['padding'] = spec['truncation'] = None   # as llguidance.hf.from_tokenizer reads it
+    decoder = spec.get('decoder') or {}
+    steps = (decoder.get('decoders') or []) if decoder.get('type') == 'Sequence' else []
+    byte_level = [step for step in steps if step.get('type') == 'ByteLevel']
+    if byte_level and 'ByteLevel' in json.dumps(spec.get('pre_tokenizer')):
+        spec['decoder'] = byte_level[0]
+    return json.dumps(spec)
 
 
 class Constraint:

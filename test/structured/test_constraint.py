@@ -1,5 +1,6 @@
 """Output constraints: what a schema or grammar allows, token by token (embedded tokenizer)."""
 
+import copy
 import json
 
 from physinf_ros.engine.base import DeferredStep, Sampling
@@ -8,6 +9,7 @@ from physinf_ros.engine.weights.resolve import resolve
 from physinf_ros.structured import compile_constraint, ConstraintError, OutputFormat, Vocabulary
 from physinf_ros.structured.examples import robot_schemas
 import pytest
+from tokenizers import decoders
 
 SCHEMAS = robot_schemas()
 
@@ -29,6 +31,22 @@ def walk(constraint, tokenizer, text):
         if not constraint.mask()[token] or not constraint.advance(token):
             return index
     return None
+
+
+def test_a_byte_level_tokenizer_behind_sentencepiece_decoders_keeps_its_bytes(tokenizer):
+    # The embedded GGUF as transformers 5.17 converts it: sentencepiece's decoder steps before
+    # the ByteLevel one. Decoding is unchanged; the grammar must still see ' "' as ' "'.
+    converted = copy.deepcopy(tokenizer)
+    converted.backend_tokenizer.decoder = decoders.Sequence([
+        decoders.ByteFallback(), decoders.Fuse(), decoders.Replace('\u2581', ' '),
+        decoders.ByteLevel()])
+    quote = tokenizer.convert_tokens_to_ids('\u0120"')
+    assert converted.decode([quote]) == ' "'
+    vocabulary = Vocabulary(converted, [converted.eos_token_id])
+    assert vocabulary.tokens.decode_bytes([quote]) == b' "'
+    goto = next(s for s in SCHEMAS if s['name'] == 'goto')
+    constraint = compile_constraint(vocabulary, OutputFormat(json.dumps(goto['schema'])))
+    assert walk(constraint, converted, '{"action": "goto", "room": "kitchen"}') is None
 
 
 @pytest.mark.parametrize('response_format, grammar, words', [
