@@ -118,6 +118,9 @@ def variants():
                 {'REPLY': True, 'CLOCKED': True, 'PDL': True}))
     out.append((ops_triton._step_end_kernel, {'TOKEN': '*i64', 'POS': '*i32', **reply},
                 {'CLOCKED': True, 'PDL': True}))
+    out.append((ops_triton._masked_argmax_kernel, {'LOGITS': F32, 'BITS': '*i32',
+                                                   'ARGMAX': '*i64', 'N': 'i32'},
+                {'BLOCK': 1024, 'PDL': True}))
     out.append((ops_triton._embed_kernel, {'TABLE': BF, 'TOKEN': '*i64', 'X': F32, 'H': 'i32',
                                            'ROW_STRIDE': 'i32', 'CLOCK': '*i64'},
                 {'BLOCK': 1024, 'CLOCKED': True, 'PDL': True}))

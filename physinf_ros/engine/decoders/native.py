@@ -207,6 +207,10 @@ class NativeDecoder:
     @torch.inference_mode()
     def _choice_body(self, greedy: bool, constrained: bool) -> None:
         # A step's second part: the (masked) choice from logits, its reply row, the position.
+        if greedy and constrained:
+            self.ops.masked_greedy_end(self.logits, self.allowed_bits, self.token, self.pos,
+                                       self._host_out)
+            return
         logits = mask_logits(self.logits, self.allowed_bits) if constrained else self.logits
         if greedy:
             self.token.copy_(torch.argmax(logits).view(1))

@@ -11,6 +11,7 @@ from typing import Optional
 import torch
 
 from ..model.llama import gelu_gate_up, rms_norm, silu_gate_up
+from ..sampling import mask_logits
 from ..weights.gptq import dense
 
 
@@ -34,6 +35,14 @@ def greedy_head(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, eps: flo
     """Write the logits, their argmax into token and host_out's row pos % rows; advance pos."""
     rms_matvec(x, norm_w, w, None, eps, out=logits)
     torch.argmax(logits, dim=0, keepdim=True, out=token)
+    step_end(token, pos, host_out)
+    pos.add_(1)
+
+
+def masked_greedy_end(logits: torch.Tensor, bits: torch.Tensor, token: torch.Tensor,
+                      pos: torch.Tensor, host_out: torch.Tensor) -> None:
+    """Write the argmax of the logits bits allows into token and host_out's row; advance pos."""
+    torch.argmax(mask_logits(logits, bits), dim=0, keepdim=True, out=token)
     step_end(token, pos, host_out)
     pos.add_(1)
 

@@ -42,6 +42,8 @@ from ..model.llama import gate_up_block
 from ..weights.gptq import PackedLinear
 
 _PDL = {}   # device index -> launch with PDL (Hopper and later, never in the interpreter)
+# Logits per program of a constrained step's masked argmax (a 128k vocabulary: 128 programs).
+_MASKED_BLOCK = 1024
 
 
 def _pdl(device: torch.device) -> dict:
@@ -808,6 +810,24 @@ def _greedy_finish_kernel(PACKED, TOKEN, POS, CLOCK, HOST_OUT, ROWS, REPLY: tl.c
 
 
 @triton.jit
+def _masked_argmax_kernel(LOGITS, BITS, ARGMAX, N, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    # A constrained step's greedy choice: each program offers its best allowed logit to the
+    # argmax slot as the lm_head's epilogue does (bit i of word w allows token 32 w + i).
+    _grid_sync(PDL)
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    words = tl.load(BITS + rows // 32, mask=rows < N, other=0)
+    allowed = ((words >> (rows % 32)) & 1) != 0
+    y = tl.load(LOGITS + rows, mask=allowed & (rows < N), other=float('-inf'))
+    best = tl.max(y, axis=0)
+    # Where nothing is allowed every logit reads -inf and row 0 wins, as with torch.argmax.
+    row = tl.min(tl.where(y == best, rows, N), axis=0)
+    bits = best.to(tl.int32, bitcast=True)
+    key = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    tl.atomic_max(ARGMAX, (key.to(tl.int64) << 32) | (0xFFFFFFFF - row.to(tl.int64)),
+                  sem='relaxed')
+
+
+@triton.jit
 def _step_end_kernel(TOKEN, POS, CLOCK, HOST_OUT, ROWS, CLOCKED: tl.constexpr,
                      PDL: tl.constexpr):
     _grid_sync(PDL)
@@ -913,6 +933,24 @@ def greedy_head(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, eps: flo
                                 host_out if reply else packed,
                                 host_out.shape[0] if reply else 1, REPLY=reply,
                                 CLOCKED=reply and clocked, num_warps=1, **_pdl(x.device))
+
+
+def masked_greedy_end(logits: torch.Tensor, bits: torch.Tensor, token: torch.Tensor,
+                      pos: torch.Tensor, packed: torch.Tensor, host_out: torch.Tensor,
+                      clock: Optional[torch.Tensor] = None) -> None:
+    """
+    Write the argmax of the logits bits allows into token and host_out's row; advance pos.
+
+    A constrained greedy step's end in two kernels (sampling.mask_logits, the argmax and
+    step_end took ten). packed is greedy_head's argmax slot, left ready as greedy_head leaves it.
+    """
+    n = logits.shape[0]
+    _masked_argmax_kernel[(triton.cdiv(n, _MASKED_BLOCK),)](
+        logits, bits, packed, n, BLOCK=_MASKED_BLOCK, num_warps=4, **_pdl(logits.device))
+    clocked = _clocked(clock)
+    _greedy_finish_kernel[(1,)](packed, token, pos, clock if clocked else packed, host_out,
+                                host_out.shape[0], REPLY=True, CLOCKED=clocked, num_warps=1,
+                                **_pdl(logits.device))
 
 
 def step_end(token: torch.Tensor, pos: torch.Tensor, host_out: torch.Tensor,
@@ -1213,6 +1251,10 @@ class KernelOps:
 
     def step_end(self, token, pos, host_out):
         step_end(token, pos, host_out, self._slots_on(token.device)[1])
+
+    def masked_greedy_end(self, logits, bits, token, pos, host_out):
+        packed, clock = self._slots_on(logits.device)
+        masked_greedy_end(logits, bits, token, pos, packed, host_out, clock)
 
     def rms_gate_up_silu(self, x, norm_w, w_gate_up, eps):
         return rms_gate_up_silu(x, norm_w, w_gate_up, eps, self.config)

@@ -1,5 +1,6 @@
 """The Triton kernels against ops_torch: on a GPU natively, elsewhere in Triton's interpreter."""
 
+from physinf_ros.engine import sampling
 from physinf_ros.engine.kernels import ops_torch, ops_triton
 from physinf_ros.engine.kernels.config import KernelConfig
 from physinf_ros.engine.kernels.shapes import AttentionConfig, GemvConfig
@@ -201,6 +202,41 @@ def test_greedy_head_takes_the_argmax_in_the_gemv(dtype):
     lower[other] = w[best] * 0.5
     ops_triton.greedy_head(x, g, lower, 1e-5, logits, token, pos, slot)
     assert token.item() == other and pos.item() == 44
+
+
+def test_the_masked_greedy_end_takes_the_best_allowed_logit():
+    n = 3000   # three programs, the last one partial
+    logits = rand(n)
+    words = (n + 31) // 32
+    bits = torch.randint(-2 ** 31, 2 ** 31, (words,), dtype=torch.int32,
+                         generator=torch.Generator().manual_seed(5)).to(DEVICE)
+    token = torch.zeros(1, dtype=torch.long, device=DEVICE)
+    pos = torch.tensor([41], dtype=torch.int32, device=DEVICE)
+    host_out = torch.zeros(2, 2, dtype=torch.long, pin_memory=DEVICE.type == 'cuda')
+    ops = ops_triton.KernelOps(ops_triton.DEFAULT_CONFIG)
+    expected = torch.zeros(1, dtype=torch.long, device=DEVICE)
+    for case in ('random', 'best disallowed', 'tie', 'one allowed', 'none allowed'):
+        if case == 'best disallowed':
+            best = int(torch.argmax(logits))
+            word = int(bits[best // 32]) & ~(1 << (best % 32))   # the winner masked off
+            bits[best // 32] = word - (1 << 32) if word >= 1 << 31 else word
+        elif case == 'tie':   # the best allowed logit again at a later allowed row
+            best = int(torch.argmax(sampling.mask_logits(logits, bits)))
+            later = next(i for i in range(n - 1, best, -1) if bits[i // 32] >> (i % 32) & 1)
+            logits[later] = logits[best]
+        elif case == 'one allowed':
+            bits.zero_()
+            bits[n // 32 - 1] = 1 << 7
+        elif case == 'none allowed':
+            bits.zero_()
+        ops.masked_greedy_end(logits, bits, token, pos, host_out)
+        if DEVICE.type == 'cuda':
+            torch.cuda.synchronize()
+        ops_torch.masked_greedy_end(logits, bits, expected, pos - 1, host_out[:, :1].clone())
+        assert token.item() == expected.item(), case
+        assert host_out[(pos.item() - 1) % 2, 0].item() == token.item(), case
+    assert pos.item() == 46
+    assert token.item() == 0   # nothing allowed: row 0, as torch.argmax of all -inf
 
 
 def test_the_embedding_kernel_gives_the_tokens_row_as_float32():
