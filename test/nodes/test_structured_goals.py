@@ -66,6 +66,14 @@ def test_a_goal_with_a_json_schema_gets_json_that_follows_it(harness):
     assert json.loads(result.tool_calls) == []
 
 
+def test_a_goal_with_a_grammar_gets_a_reply_in_it(harness):
+    result = result_of(harness, prompt='Is the kitchen door open?',
+                       grammar='start: "the door is " ("open" | "closed") "."')
+    assert result.finish_reason == 'eos', result.detail
+    assert result.detail == 'the reply completed its grammar'
+    assert result.text in ('the door is open.', 'the door is closed.')
+
+
 def test_a_goal_with_tools_gets_its_call_in_tool_calls(harness):
     mark = harness.probe.mark()
     result = result_of(harness, prompt='Please go to the office.', tools=json.dumps(TOOLS),
