@@ -95,7 +95,7 @@ class Vocabulary:
 
 def tokenizer_json(tokenizer) -> str:
     """
-    A fast tokenizer's tokenizer.json as llguidance should read it (its tokens' bytes).
+    Return a fast tokenizer's tokenizer.json as llguidance should read it (its tokens' bytes).
 
     A byte-level BPE's decoder is its ByteLevel step alone. transformers 5.17 converts a GGUF's
     byte-level BPE (the embedded model's) with sentencepiece's decoders before that step
