@@ -544,3 +544,41 @@ def test_speculation_table_equals_its_acceptance_file(setting):
     assert_rounds_to(tokens_per_step, overall[setting]['tokens_per_step'], setting)
     assert_rounds_to(kept, 100 * overall[setting]['acceptance'], setting)
     assert overall[setting]['identical']
+
+
+CONSTRAINED = ROOT / 'benchmarks' / 'results'
+# docs/PERF.md's constrained tables: (table heading, shape cell, machine) -> results file
+CONSTRAINED_ROWS = {
+    ('**4ffbab9', 'Llama-3.1-8B, 128k (trained locally)', None):
+        'h200/constrained/4ffbab9/constrained_llama-3.1-8b.json',
+    ('**4ffbab9', 'SmolLM2-135M shape, 49k (the embedded tokenizer)', None):
+        'h200/constrained/4ffbab9/constrained_smollm2-135m.json',
+    ('**69c375b', 'Llama-3.1-8B, 128k (trained locally)', 'H200'):
+        'h200/constrained/77ddc85/constrained_llama-3.1-8b.json',
+    ('**69c375b', 'SmolLM2-135M shape, 49k (the embedded tokenizer)', 'H200'):
+        'h200/constrained/77ddc85/constrained_smollm2-135m.json',
+    ('**69c375b', 'Llama-3.1-8B, 128k', 'H100'):
+        'h100/constrained/constrained_llama-3.1-8b.json',
+    ('**69c375b', 'SmolLM2-135M shape, 49k', 'H100'):
+        'h100/constrained/constrained_smollm2-135m.json',
+}
+
+
+@pytest.mark.parametrize('heading, shape, machine', sorted(CONSTRAINED_ROWS, key=str))
+def test_constrained_tables_are_their_files(heading, shape, machine):
+    text = (ROOT / 'docs/PERF.md').read_text()
+    table = text[text.index(heading):].split('\n\n')[1]   # the heading's paragraph, then its table
+    rows = [[c.strip() for c in line.strip('|').split('|')] for line in table.splitlines()]
+    found = [cells[1:] for cells in rows if cells[0] == shape
+             and (machine is None or cells[1] == machine)]
+    assert len(found) == 1, (heading, shape, machine)
+    cells = found[0][1:] if machine else found[0]
+    file = CONSTRAINED / CONSTRAINED_ROWS[(heading, shape, machine)]
+    cell = load(file)['cells'][0]
+    shown = [numbers(cells[0])[0], *numbers(cells[1])[:2], *numbers(cells[2])[:2],
+             *numbers(cells[3])[:2]]
+    keys = ['step_ms_p50', 'constrained_step_ms_p50', 'constrained_ratio_p50',
+            'constrained_step_ms_p99', 'constrained_ratio_p99', 'mask_us_p50', 'mask_us_p99']
+    for value, key in zip(shown, keys):
+        assert_rounds_to(value, cell[key], f'{file.name} {key}')
+    assert ('H100' if machine == 'H100' else 'H200') in cell['device']
