@@ -207,15 +207,13 @@ class NativeDecoder:
     @torch.inference_mode()
     def _choice_body(self, greedy: bool, constrained: bool) -> None:
         # A step's second part: the (masked) choice from logits, its reply row, the position.
-        if greedy and constrained:
+        # A free greedy step never comes here: it ends in greedy_head (_body).
+        if greedy:
             self.ops.masked_greedy_end(self.logits, self.allowed_bits, self.token, self.pos,
                                        self._host_out)
             return
         logits = mask_logits(self.logits, self.allowed_bits) if constrained else self.logits
-        if greedy:
-            self.token.copy_(torch.argmax(logits).view(1))
-        else:
-            self.token.copy_(sample(logits, self.temperature, self.top_p, race=self.race))
+        self.token.copy_(sample(logits, self.temperature, self.top_p, race=self.race))
         self.ops.step_end(self.token, self.pos, self._host_out)
         self.pos.add_(1)
 

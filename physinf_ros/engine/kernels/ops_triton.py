@@ -190,17 +190,21 @@ def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
         if HAS_BIAS:
             y += tl.load(BIAS + rows, mask=row_mask, other=0.0).to(tl.float32)
         tl.store(Y + rows, y, mask=row_mask)
-    if HAS_ARGMAX:
-        # Greedy choice in the epilogue: each program offers its best row to one 64-bit
-        # atomic max, the logit's bits (made to order like the float) above the row index
-        # (inverted, so ties go to the lowest index, as torch.argmax does).
-        y = tl.where(row_mask, y, float('-inf'))
-        best = tl.max(y, axis=0)
-        row = tl.min(tl.where(y == best, rows, N), axis=0)
-        bits = best.to(tl.int32, bitcast=True)
-        key = bits ^ ((bits >> 31) & 0x7FFFFFFF)
-        tl.atomic_max(ARGMAX, (key.to(tl.int64) << 32) | (0xFFFFFFFF - row.to(tl.int64)),
-                      sem='relaxed')   # read by the next kernel after its wait, as Y above
+    if HAS_ARGMAX:   # greedy choice in the epilogue
+        _offer_argmax(ARGMAX, tl.where(row_mask, y, float('-inf')), rows, N)
+
+
+@triton.jit
+def _offer_argmax(ARGMAX, y, rows, N):
+    # The program's best row of y (-inf where it has none) offered to one 64-bit atomic max:
+    # the logit's bits (made to order like the float) above the row index (inverted, so ties
+    # go to the lowest index, as torch.argmax does).
+    best = tl.max(y, axis=0)
+    row = tl.min(tl.where(y == best, rows, N), axis=0)
+    bits = best.to(tl.int32, bitcast=True)
+    key = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    tl.atomic_max(ARGMAX, (key.to(tl.int64) << 32) | (0xFFFFFFFF - row.to(tl.int64)),
+                  sem='relaxed')   # read by the next kernel after its PDL wait
 
 
 @triton.jit
@@ -813,18 +817,13 @@ def _greedy_finish_kernel(PACKED, TOKEN, POS, CLOCK, HOST_OUT, ROWS, REPLY: tl.c
 def _masked_argmax_kernel(LOGITS, BITS, ARGMAX, N, BLOCK: tl.constexpr, PDL: tl.constexpr):
     # A constrained step's greedy choice: each program offers its best allowed logit to the
     # argmax slot as the lm_head's epilogue does (bit i of word w allows token 32 w + i).
+    # Where nothing is allowed every logit reads -inf and row 0 wins, as with torch.argmax.
     _grid_sync(PDL)
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     words = tl.load(BITS + rows // 32, mask=rows < N, other=0)
     allowed = ((words >> (rows % 32)) & 1) != 0
-    y = tl.load(LOGITS + rows, mask=allowed & (rows < N), other=float('-inf'))
-    best = tl.max(y, axis=0)
-    # Where nothing is allowed every logit reads -inf and row 0 wins, as with torch.argmax.
-    row = tl.min(tl.where(y == best, rows, N), axis=0)
-    bits = best.to(tl.int32, bitcast=True)
-    key = bits ^ ((bits >> 31) & 0x7FFFFFFF)
-    tl.atomic_max(ARGMAX, (key.to(tl.int64) << 32) | (0xFFFFFFFF - row.to(tl.int64)),
-                  sem='relaxed')
+    _offer_argmax(ARGMAX, tl.load(LOGITS + rows, mask=allowed & (rows < N),
+                                  other=float('-inf')), rows, N)
 
 
 @triton.jit
