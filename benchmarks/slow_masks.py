@@ -22,7 +22,6 @@ import platform
 import random
 import time
 
-import numpy as np
 from physinf_ros.engine.weights.resolve import resolve
 from physinf_ros.measurement.stats import percentile
 from physinf_ros.resources import config_path
@@ -37,10 +36,9 @@ def walk(vocabulary, output, walks, max_tokens, seed):
         constraint, forced = compile_constraint(vocabulary, output), None
         for index in range(max_tokens):
             start = time.perf_counter()
-            bits = constraint.fill_bitmask()
+            constraint.fill_bitmask()
             mask_us = (time.perf_counter() - start) * 1e6
-            allowed = np.unpackbits(bits.view(np.uint8), bitorder='little')[
-                :vocabulary.n_vocab].nonzero()[0]
+            allowed = constraint.last_mask().numpy().nonzero()[0]
             if index > 0:
                 masks.append((mask_us, len(allowed), forced))
             if len(allowed) == 0:

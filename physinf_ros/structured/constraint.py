@@ -146,9 +146,14 @@ class Constraint:
 
     def mask(self) -> torch.Tensor:
         """Bool [n_vocab]: the token ids allowed next (all False at a dead end)."""
-        bits = self.fill_bitmask()
+        self.fill_bitmask()
+        return self.last_mask()
+
+    def last_mask(self) -> torch.Tensor:
+        """Bool [n_vocab]: the mask as last filled, unpacked (not computed again)."""
         # 0/1 bytes viewed as bools: no copy past the unpacking.
-        return torch.from_numpy(np.unpackbits(bits.view(np.uint8), count=self.vocabulary.n_vocab,
+        return torch.from_numpy(np.unpackbits(self.bits.view(np.uint8),
+                                              count=self.vocabulary.n_vocab,
                                               bitorder='little').view(np.bool_))
 
     def allows(self, token: int) -> bool:

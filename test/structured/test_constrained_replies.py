@@ -1,5 +1,6 @@
 """Constrained replies through the generation loop: every one parses and follows its schema."""
 
+from contextlib import contextmanager
 import json
 from types import SimpleNamespace
 
@@ -45,12 +46,14 @@ def test_sampled_replies_follow_their_schema_too(eager_engine, name):
         jsonschema.validate(json.loads(generation.text), entry['schema'])
 
 
-@pytest.fixture
-def overlapped_engine(eager_engine):
+@contextmanager
+def forwards_queued_ahead(engine):
     # CUDA's way on the CPU: each step's forward queued behind the last choice.
-    eager_engine.decoder.mask_overlap = True
-    yield eager_engine
-    eager_engine.decoder.mask_overlap = False
+    engine.decoder.mask_overlap = True
+    try:
+        yield engine
+    finally:
+        engine.decoder.mask_overlap = False
 
 
 @pytest.mark.parametrize('name', ['plan', 'yes_no', 'place'])
@@ -58,22 +61,20 @@ def test_a_forward_queued_ahead_of_its_mask_changes_no_reply(eager_engine, name)
     entry = next(s for s in SCHEMAS if s['name'] == name)
     sampled = Sampling(temperature=1.0, top_p=0.95, seed=3)
     plain = [reply(eager_engine, entry), reply(eager_engine, entry, sampled)]
-    eager_engine.decoder.mask_overlap = True
-    try:
+    with forwards_queued_ahead(eager_engine):
         ahead = [reply(eager_engine, entry), reply(eager_engine, entry, sampled)]
-    finally:
-        eager_engine.decoder.mask_overlap = False
     for before, after in zip(plain, ahead):
         assert after.finish_reason == 'eos', after.detail
         assert after.token_ids == before.token_ids
 
 
-def test_a_reply_after_a_constrained_one_reuses_only_what_its_forwards_wrote(overlapped_engine):
+def test_a_reply_after_a_constrained_one_reuses_only_what_its_forwards_wrote(eager_engine):
     # The constrained reply's last queued forward wrote one position past what the cache is
     # known to hold: the free reply that shares its prompt must equal one from a cold cache.
-    engine = overlapped_engine
+    engine = eager_engine
     entry = next(s for s in SCHEMAS if s['name'] == 'goto')
-    constrained = reply(engine, entry)
+    with forwards_queued_ahead(engine):
+        constrained = reply(engine, entry)
     ids = engine.encode(schema_prompt(entry)) + constrained.token_ids + engine.encode(' Why?')
     warm = engine.generate(ids, 12)
     list(warm)
@@ -92,16 +93,14 @@ def test_a_teacher_forced_step_replaces_the_forward_queued_for_another_token(eag
     vocab = decoder.step_facts().config.vocab_size
     every_token = SimpleNamespace(bits=np.full((vocab + 31) // 32, -1, dtype=np.int32))
     ids = eager_engine.encode('The robot arm picks up')
-    replies = []
-    for overlap in (False, True):
-        decoder.mask_overlap = overlap
-        try:
-            decoder.prefill(ids, Sampling(), every_token)
-            replies.append([decoder.step(), decoder.step(17), decoder.step(), decoder.step(42),
-                            decoder.step()])
-        finally:
-            decoder.mask_overlap = False
-    assert replies[0] == replies[1]
+
+    def steps():
+        decoder.prefill(ids, Sampling(), every_token)
+        return [decoder.step(), decoder.step(17), decoder.step(), decoder.step(42),
+                decoder.step()]
+    plain = steps()
+    with forwards_queued_ahead(eager_engine):
+        assert steps() == plain
 
 
 @pytest.mark.parametrize('name', ['goto', 'velocity', 'handover'])
