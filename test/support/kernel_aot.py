@@ -96,6 +96,23 @@ def variants():
                     {**{k: GEMV[k] for k in ('W', 'X', 'Y', 'NORM')}, 'R': 'i32', 'N': 'i32',
                      'K': 'i32', 'eps': 'fp32'},
                     {**rows, 'ROW_BLOCK': 8, 'GELU': gelu}))
+    # The same over a 4-bit linear's codes (16 and 64 padded rows), and the dequantising kernel
+    # a longer prompt's product reads.
+    rows_q4 = {k: q4[k] for k in ('QW', 'S', 'Z', 'X', 'Y', 'NORM', 'BIAS', 'N', 'K', 'N_ALL',
+                                  'eps')}
+    for norm, acc, gate_up, gelu, rows_p in ((True, False, False, False, 16),
+                                             (False, True, False, False, 32),
+                                             (True, False, True, False, 64),
+                                             (True, False, True, True, 16)):
+        out.append((ops_triton._rows_q4_kernel, {**rows_q4, 'R': 'i32'},
+                    {**rows, 'ROWS_P': rows_p, 'BLOCK_K': 4096 // rows_p if rows_p > 32 else 128,
+                     'HAS_NORM': norm,
+                     'HAS_BIAS': norm and not gate_up, 'ACCUMULATE': acc, 'GATE_UP': gate_up,
+                     'GELU': gelu, 'HAS_ZEROS': gelu, 'GROUP': 128, 'SPLIT_K': 4 if acc else 1,
+                     'WDTYPE': tl.bfloat16}))
+    out.append((ops_triton._dequantize_q4_kernel,
+                {'QW': '*i32', 'S': '*fp16', 'Z': '*u8', 'OUT': BF, 'N': 'i32', 'K': 'i32'},
+                {'HAS_ZEROS': False, 'GROUP': 128, 'BLOCK_N': 64, 'BLOCK_K': 64}))
     for dim in (128, 256):
         out.append((ops_triton._rows_rope_store_kernel,
                     {'QKV': F32, 'Q': BF, 'KC': BF, 'VC': BF, 'POS': '*i32', 'COS': F32,

@@ -144,10 +144,8 @@ class NativeDecoder:
         self._verify: Optional[Dict[str, torch.Tensor]] = None
         # A short prompt's rows (PREFILL_ROWS) run through the family's decode_layers over rows
         # (RowOps), captured per row count where graphed: a prefill then costs its weight
-        # reads, not hundreds of launches from the host. 16-bit weights only: a 4-bit linear
-        # over rows streams its weights once per row (kernels/rows.py).
-        self.prefill_rows = PREFILL_ROWS if self.graphed and not weights.step_facts().group_size \
-            else ()
+        # reads, not hundreds of launches from the host.
+        self.prefill_rows = PREFILL_ROWS if self.graphed else ()
         self._rows_prefill: Optional[Dict[str, torch.Tensor]] = None
         # Position offsets 0, 1, ... of a forward's rows (a verify step's, a prefill's).
         self._row_offsets = torch.arange(max(MAX_DRAFT + 1, *PREFILL_ROWS), dtype=torch.int32,
@@ -306,7 +304,8 @@ class NativeDecoder:
         else:
             ids = torch.tensor(new, dtype=torch.long, device=self.device)
             self.logits.copy_(families.prefill(self.family, self.weights, self.cache, ids,
-                                               self.cos, self.sin, start=keep))
+                                               self.cos, self.sin, start=keep,
+                                               dense=self.ops.dense))
         logits = self.logits
         if allowed is not None:
             logits = mask_logits(logits, self._load_allowed())
@@ -538,6 +537,7 @@ class NativeDecoder:
         self._held, self._feeds, self._reply = [], None, self._reply + 1
         self._position = len(token_ids)
         ids = torch.tensor(list(token_ids), dtype=torch.long, device=self.device)
-        logits = self.family.prompt_logits(self.weights, self.cache, ids, self.cos, self.sin)
+        logits = self.family.prompt_logits(self.weights, self.cache, ids, self.cos, self.sin,
+                                           dense=self.ops.dense)
         self._held = list(token_ids)
         return logits

@@ -22,8 +22,12 @@ def embed(table: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
 
 def rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor,
                bias: Optional[torch.Tensor], eps: float,
-               out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Return w @ rms_norm(x) (+ bias) as float32 [N], into out when given."""
+               out: Optional[torch.Tensor] = None, dense=dense) -> torch.Tensor:
+    """
+    Return w @ rms_norm(x) (+ bias) as float32 [N], into out when given.
+
+    dense makes a 4-bit linear a float weight here and below (ops_triton passes its kernel's).
+    """
     w = dense(w)
     y = torch.nn.functional.linear(rms_norm(x, norm_w, eps).to(w.dtype), w, bias).float()
     return y if out is None else out.copy_(y)
@@ -58,7 +62,7 @@ def step_end(token: torch.Tensor, pos: torch.Tensor, host_out: torch.Tensor) -> 
 
 
 def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up: torch.Tensor,
-                     eps: float) -> torch.Tensor:
+                     eps: float, dense=dense) -> torch.Tensor:
     """Return silu(gate) * up for gate, up = w_gate_up @ rms_norm(x), float32 [I]."""
     y = torch.nn.functional.linear(rms_norm(x, norm_w, eps), dense(w_gate_up))
     return silu_gate_up(y, w_gate_up).float()
@@ -83,7 +87,7 @@ def head_norm(qkv: torch.Tensor, q_norm: torch.Tensor, k_norm: torch.Tensor, num
 
 
 def rms_gate_up_gelu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up: torch.Tensor,
-                     eps: float) -> torch.Tensor:
+                     eps: float, dense=dense) -> torch.Tensor:
     """Return gelu_tanh(gate) * up for gate, up = w_gate_up @ rms_norm(x), float32 [I]."""
     w = dense(w_gate_up)
     y = torch.nn.functional.linear(rms_norm(x, norm_w, eps).to(w.dtype), w)
@@ -91,14 +95,14 @@ def rms_gate_up_gelu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up: torch.Ten
 
 
 def matvec_norm_add(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor, norm_w: torch.Tensor,
-                    eps: float) -> None:
+                    eps: float, dense=dense) -> None:
     """Add rms_norm(w @ a) into x in place: Gemma 3's residual, normed after the sublayer."""
     w = dense(w)
     y = torch.nn.functional.linear(a.to(w.dtype), w)
     x += rms_norm(y, norm_w, eps).to(w.dtype).float()
 
 
-def matvec_add(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor) -> None:
+def matvec_add(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor, dense=dense) -> None:
     """Add w @ a into x in place (the residual connection)."""
     x += torch.nn.functional.linear(a.to(w.dtype), dense(w)).float()
 

@@ -15,6 +15,10 @@ step has few launches:
   greedy_head       final RMSNorm + lm_head GEMV with the argmax folded into its epilogue
   embed             the token's embedding row as the float32 residual, the step's first kernel
   step_end          a sampled step's reply to the host, as greedy_head's last kernel gives it
+  rows_*            the GEMVs and attention over the rows of a verify step or a short prompt
+                    (kernels/rows.py): 16-bit weights over up to ROWS_P rows, 4-bit ones over
+                    up to Q4_ROWS, each weight read once for all rows
+  dequantize        a 4-bit linear's float weight in one pass, for a longer prompt's products
 A step answers the host itself: its last kernel writes the token and the nanoseconds since embed
 stamped %globaltimer into a pinned host row, so neither a copy nor a timing event follows it.
 GPTQ 4-bit linears (PackedLinear) take the same roles through _q4_gemv_kernel, which reads
@@ -28,6 +32,7 @@ is read once per step. With TRITON_INTERPRET=1 the same kernels run on the CPU, 
 CI checks them.
 """
 
+import math
 from typing import Optional, Tuple
 
 import torch
@@ -513,6 +518,95 @@ def _rows_gate_up_kernel(W, X, Y, NORM, R, N, K, eps, ROW_BLOCK: tl.constexpr,
     tl.store(Y + r.to(tl.int64)[None, :] * N + cols[:, None],
              _gated(acc_gate * inv_rms, acc_up * inv_rms, GELU),
              mask=n_mask[:, None] & r_mask[None, :])
+
+
+@triton.jit
+def _q4_weight_tile(QW, S, Z, k0, cols, n_mask, k_end, N_ALL, GROUP: tl.constexpr,
+                    HAS_ZEROS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    STREAM: tl.constexpr):
+    # A GPTQ linear's weight at inputs k0 .. k0 + BLOCK_K, outputs cols, as float32
+    # [BLOCK_K, BLOCK_N]: scale * (code - zero), exact. Each code word is loaded once and gives
+    # its 8 inputs; the tile lies in one group (GROUP % BLOCK_K == 0), so one scale per output.
+    # Inputs past k_end read as code 0 (the rows' inputs there are 0). A code OR-ed into the
+    # mantissa of 2^23 is 2^23 + code as a float: one subtraction gives code - zero exactly,
+    # with no integer-to-float conversion (a quarter-rate instruction), as _q4_gemv_kernel.
+    word_rows = k0 // 8 + tl.arange(0, BLOCK_K // 8)
+    words = tl.load(QW + word_rows.to(tl.int64)[:, None] * N_ALL + cols[None, :],
+                    mask=(word_rows < k_end // 8)[:, None] & n_mask[None, :], other=0,
+                    eviction_policy=STREAM)
+    shifts = 4 * tl.arange(0, 8)
+    bits = ((words[:, None, :] >> shifts[None, :, None]) & 0xF) | 0x4B000000
+    codes = tl.reshape(bits, [BLOCK_K, BLOCK_N]).to(tl.float32, bitcast=True)
+    at = (k0 // GROUP) * N_ALL + cols   # scales count N K / GROUP: int32 holds them
+    scale = tl.load(S + at, mask=n_mask, other=0.0).to(tl.float32)
+    if HAS_ZEROS:
+        zero = tl.load(Z + at, mask=n_mask, other=8).to(tl.float32)
+        return (codes - (8388608.0 + zero)[None, :]) * scale[None, :]
+    return (codes - (8388608.0 + 8.0)) * scale[None, :]
+
+
+@triton.jit
+def _dequantize_q4_kernel(QW, S, Z, OUT, N, K, HAS_ZEROS: tl.constexpr, GROUP: tl.constexpr,
+                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    # OUT [N, K] = a GPTQ linear's float weight in OUT's dtype, one [BLOCK_N, BLOCK_K] tile a
+    # program: its codes read once, its values written once.
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = cols < N
+    k0 = tl.program_id(1) * BLOCK_K
+    w = _q4_weight_tile(QW, S, Z, k0, cols, n_mask, K, N, GROUP, HAS_ZEROS, BLOCK_N, BLOCK_K, '')
+    k = k0 + tl.arange(0, BLOCK_K)
+    tl.store(OUT + cols.to(tl.int64)[:, None] * K + k[None, :],
+             tl.trans(w).to(OUT.dtype.element_ty), mask=n_mask[:, None] & (k < K)[None, :])
+
+
+@triton.jit
+def _rows_q4_kernel(QW, S, Z, X, Y, NORM, BIAS, R, N, K, N_ALL, eps, HAS_NORM: tl.constexpr,
+                    HAS_BIAS: tl.constexpr, ACCUMULATE: tl.constexpr, GATE_UP: tl.constexpr,
+                    GELU: tl.constexpr, HAS_ZEROS: tl.constexpr, GROUP: tl.constexpr,
+                    ROWS_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    SPLIT_K: tl.constexpr, WDTYPE: tl.constexpr, DOT: tl.constexpr,
+                    PRECISION: tl.constexpr, STREAM: tl.constexpr, PDL: tl.constexpr):
+    # _rows_matvec_kernel (GATE_UP: _rows_gate_up_kernel, gate at cols and up at cols + N) for
+    # a GPTQ linear over R rows: each code word is read once for all rows and dequantised in
+    # registers into the tile that meets them in one tl.dot, rounded to the model dtype as
+    # PackedLinear.dense rounds it.
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = cols < N
+    k_len = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
+    k_start = tl.program_id(1) * k_len
+    k_end = tl.minimum(k_start + k_len, K)
+    r = tl.arange(0, ROWS_P)
+    r_mask = r < R
+    _grid_sync(PDL)
+    acc = tl.zeros([ROWS_P, BLOCK_N], dtype=tl.float32)
+    acc_up = tl.zeros([ROWS_P, BLOCK_N], dtype=tl.float32)
+    squares = tl.zeros([ROWS_P, BLOCK_K], dtype=tl.float32)
+    for k0 in range(k_start, k_end, BLOCK_K):
+        k = k0 + tl.arange(0, BLOCK_K)
+        x, squares = _rows_input(X, NORM, r, r_mask, k, k < k_end, K, squares, HAS_NORM)
+        x = x.to(WDTYPE).to(DOT)
+        w = _q4_weight_tile(QW, S, Z, k0, cols, n_mask, k_end, N_ALL, GROUP, HAS_ZEROS,
+                            BLOCK_N, BLOCK_K, STREAM)
+        acc += tl.dot(x, w.to(WDTYPE).to(DOT), input_precision=PRECISION, out_dtype=tl.float32)
+        if GATE_UP:
+            u = _q4_weight_tile(QW, S, Z, k0, cols + N, n_mask, k_end, N_ALL, GROUP, HAS_ZEROS,
+                                BLOCK_N, BLOCK_K, STREAM)
+            acc_up += tl.dot(x, u.to(WDTYPE).to(DOT), input_precision=PRECISION,
+                             out_dtype=tl.float32)
+    if HAS_NORM:   # as in _rows_matvec_kernel: a norm GEMV never splits K
+        inv_rms = (1.0 / tl.sqrt(tl.sum(squares, axis=1) / K + eps))[:, None]
+        acc *= inv_rms
+        acc_up *= inv_rms
+    if GATE_UP:
+        acc = _gated(acc, acc_up, GELU)
+    out = Y + r.to(tl.int64)[:, None] * N + cols[None, :]
+    mask = r_mask[:, None] & n_mask[None, :]
+    if ACCUMULATE:
+        tl.atomic_add(out, acc, mask=mask, sem='relaxed')   # as _matvec_kernel's
+    else:
+        if HAS_BIAS:
+            acc += tl.load(BIAS + cols, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        tl.store(out, acc, mask=mask)
 
 
 @triton.jit
@@ -1103,10 +1197,64 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
 # Rows a verify step's GEMVs take in one product (tl.dot's least width): more rows (a prompt's)
 # go to cuBLAS, whose matrix products read each weight once for many rows.
 ROWS_P = 16
+# Rows a 4-bit linear takes through _rows_q4_kernel, padded to 16, 32 or 64 (its codes read once
+# for all of them); more rows (a longer prompt's) dequantise it whole for cuBLAS.
+Q4_ROWS = 64
 
 
-def _rows_kernel(x: torch.Tensor, w) -> bool:
-    return not isinstance(w, PackedLinear) and x.shape[0] <= ROWS_P
+def _rows_path(x: torch.Tensor, w) -> str:
+    # 'rows' (the 16-bit rows kernels), 'q4' (_rows_q4_kernel) or 'dense' (ops_torch's matrix
+    # product on the float weight, a 4-bit one dequantised by dequantize: cuBLAS). A 4-bit
+    # tile lies in one group and gives tl.dot 16 inputs or more.
+    if isinstance(w, PackedLinear):
+        return 'q4' if x.shape[0] <= Q4_ROWS and w.group_size % 16 == 0 else 'dense'
+    return 'rows' if x.shape[0] <= ROWS_P else 'dense'
+
+
+def dequantize(w: PackedLinear) -> torch.Tensor:
+    """
+    Return a 4-bit linear's float weight [N, K] in its model dtype, in one kernel.
+
+    PackedLinear.dense's values (exact in float32, then rounded once), at one read of the codes
+    and one write of the weight where PyTorch's ops take a dozen passes.
+    """
+    n, k = w.shape
+    out = torch.empty(n, k, device=w.codes.device, dtype=w.dtype)
+    block_n, block_k = 64, math.gcd(64, w.group_size)
+    _dequantize_q4_kernel[(triton.cdiv(n, block_n), triton.cdiv(k, block_k))](
+        w.codes, w.scales, w.zeros if w.zeros is not None else w.scales, out, n, k,
+        HAS_ZEROS=w.zeros is not None, GROUP=w.group_size, BLOCK_N=block_n, BLOCK_K=block_k,
+        num_warps=4)
+    return out
+
+
+def dense(w) -> torch.Tensor:
+    """Return a float weight as it is, a 4-bit one dequantised (gptq.dense's values)."""
+    return dequantize(w) if isinstance(w, PackedLinear) else w
+
+
+def _rows_q4(w: PackedLinear, x, y, norm_w, bias, eps, kind: str, config: KernelConfig,
+             accumulate: bool = False, gelu: bool = False) -> None:
+    n, k = w.shape
+    gate_up = kind == 'rows_gate_up'
+    if gate_up:
+        n //= 2
+    cfg = config.gemv(kind + '_q4', n, k)
+    split_k = cfg.split_k if accumulate else 1
+    rows_p = max(ROWS_P, triton.next_power_of_2(x.shape[0]))
+    # A tile within one group, and at most 4096 inputs of all rows together (the float32 input
+    # tile and the norm's squares: 32 registers each a thread at 4 warps).
+    block_k = math.gcd(cfg.block_k, w.group_size, 4096 // rows_p)
+    dot, precision = _products(w.dtype)
+    _rows_q4_kernel[(triton.cdiv(n, cfg.block_n), split_k)](
+        w.codes, w.scales, w.zeros if w.zeros is not None else w.scales, x, y,
+        norm_w if norm_w is not None else x, bias if bias is not None else y, x.shape[0], n, k,
+        w.codes.shape[1], eps, HAS_NORM=norm_w is not None, HAS_BIAS=bias is not None,
+        ACCUMULATE=accumulate, GATE_UP=gate_up, GELU=gelu, HAS_ZEROS=w.zeros is not None,
+        GROUP=w.group_size, ROWS_P=rows_p, BLOCK_N=cfg.block_n, BLOCK_K=block_k,
+        SPLIT_K=split_k,
+        WDTYPE=_TL_DTYPES[w.dtype], DOT=dot, PRECISION=precision, STREAM=config.stream(),
+        num_warps=cfg.num_warps, **_pdl(x.device))
 
 
 def _rows_launch(kind: str, w: torch.Tensor, x: torch.Tensor, config: KernelConfig) -> tuple:
@@ -1123,10 +1271,14 @@ def rows_rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w, bias: Optional[tor
                     eps: float, out: Optional[torch.Tensor] = None,
                     config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
     """rms_matvec for rows x [n, K]: float32 [n, N], each weight read once for all rows."""
-    if not _rows_kernel(x, w):
-        return ops_torch.rms_matvec(x, norm_w, w, bias, eps, out)
+    path = _rows_path(x, w)
+    if path == 'dense':
+        return ops_torch.rms_matvec(x, norm_w, w, bias, eps, out, dense=dense)
     n, k = w.shape
     y = torch.empty(x.shape[0], n, device=x.device, dtype=torch.float32) if out is None else out
+    if path == 'q4':
+        _rows_q4(w, x, y, norm_w, bias, eps, 'rows_rms_matvec', config)
+        return y
     cfg, launch = _rows_launch('rows_rms_matvec', w, x, config)
     _rows_matvec_kernel[(triton.cdiv(n, cfg.block_n), 1)](
         w, x, y, norm_w, bias if bias is not None else y, x.shape[0], n, k, eps, HAS_NORM=True,
@@ -1137,8 +1289,12 @@ def rows_rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w, bias: Optional[tor
 def rows_matvec_add(x: torch.Tensor, a: torch.Tensor, w,
                     config: KernelConfig = DEFAULT_CONFIG) -> None:
     """matvec_add for rows: x[j] += w @ a[j] in place, each weight read once for all rows."""
-    if not _rows_kernel(x, w):
-        ops_torch.matvec_add(x, a, w)
+    path = _rows_path(x, w)
+    if path == 'dense':
+        ops_torch.matvec_add(x, a, w, dense=dense)
+        return
+    if path == 'q4':
+        _rows_q4(w, a, x, None, None, 0.0, 'rows_matvec_add', config, accumulate=True)
         return
     n, k = w.shape
     cfg, launch = _rows_launch('rows_matvec_add', w, x, config)
@@ -1150,8 +1306,8 @@ def rows_matvec_add(x: torch.Tensor, a: torch.Tensor, w,
 def rows_matvec_norm_add(x: torch.Tensor, a: torch.Tensor, w, norm_w: torch.Tensor, eps: float,
                          config: KernelConfig = DEFAULT_CONFIG) -> None:
     """matvec_norm_add for rows: x[j] += rms_norm(w @ a[j]) * norm_w (Gemma 3), in place."""
-    if not _rows_kernel(x, w):
-        ops_torch.matvec_norm_add(x, a, w, norm_w, eps)
+    if _rows_path(x, w) == 'dense':
+        ops_torch.matvec_norm_add(x, a, w, norm_w, eps, dense=dense)
         return
     h = w.shape[0]
     y = torch.zeros(x.shape[0], h, device=x.device, dtype=torch.float32)
@@ -1165,11 +1321,15 @@ def rows_matvec_norm_add(x: torch.Tensor, a: torch.Tensor, w, norm_w: torch.Tens
 def rows_gate_up(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up, eps: float, gelu: bool,
                  config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
     """rms_gate_up_silu (gelu: rms_gate_up_gelu) for rows x [n, K]: float32 [n, I]."""
-    if not _rows_kernel(x, w_gate_up):
+    path = _rows_path(x, w_gate_up)
+    if path == 'dense':
         op = ops_torch.rms_gate_up_gelu if gelu else ops_torch.rms_gate_up_silu
-        return op(x, norm_w, w_gate_up, eps)
+        return op(x, norm_w, w_gate_up, eps, dense=dense)
     n2, k = w_gate_up.shape
     y = torch.empty(x.shape[0], n2 // 2, device=x.device, dtype=torch.float32)
+    if path == 'q4':
+        _rows_q4(w_gate_up, x, y, norm_w, None, eps, 'rows_gate_up', config, gelu=gelu)
+        return y
     cfg, launch = _rows_launch('rows_gate_up', w_gate_up, x, config)
     _rows_gate_up_kernel[(triton.cdiv(n2 // 2, cfg.block_n),)](
         w_gate_up, x, y, norm_w, x.shape[0], n2 // 2, k, eps,
@@ -1240,6 +1400,9 @@ class KernelOps:
 
     def embed(self, table, token):
         return embed(table, token, self._slots_on(table.device)[1])
+
+    def dense(self, w):
+        return dense(w)
 
     def rms_matvec(self, x, norm_w, w, bias, eps, out=None):
         return rms_matvec(x, norm_w, w, bias, eps, out, self.config)

@@ -6,8 +6,8 @@ decode_layers, unchanged, runs over rows: a speculative verify step (the pending
 drafted tokens at consecutive positions) or a short prompt's prefill. Each op is the ops
 module's rows_ twin, which reads each weight once for all rows: on CUDA up to ops_triton.ROWS_P
 rows meet each weight tile in one product (norm, activation and residual fused as in the
-step's kernels), more rows go to cuBLAS. A 4-bit linear on CUDA is streamed once per row by
-the step's own GEMV, which is what makes a 4-bit verify cost n steps (docs/SPECULATION.md).
+step's kernels), more rows go to cuBLAS; a 4-bit linear's codes are read once for up to
+ops_triton.Q4_ROWS rows and dequantised in registers, more rows dequantise it whole for cuBLAS.
 Attention is rows_rope_attention: every row stores its key and value at pos[j], then row j
 attends over 0..pos[j], so the rows see each other causally, as a prefill's would.
 Shapes depend on n only, so a verify step is captured once per n.
@@ -16,8 +16,6 @@ Shapes depend on n only, so a verify step is captured once per n.
 from typing import Optional
 
 import torch
-
-from ..weights.gptq import PackedLinear
 
 
 class RowOps:
@@ -33,42 +31,25 @@ class RowOps:
     def rms_matvec(self, x: torch.Tensor, norm_w: torch.Tensor, w, bias: Optional[torch.Tensor],
                    eps: float, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Return w @ rms_norm(x[j]) (+ bias) for each row, float32 [n, N]."""
-        if _row_by_row(x, w):
-            y = torch.stack([self.ops.rms_matvec(row, norm_w, w, bias, eps) for row in x])
-            return y if out is None else out.copy_(y)
         return self.ops.rows_rms_matvec(x, norm_w, w, bias, eps, out)
 
     def rms_gate_up_silu(self, x: torch.Tensor, norm_w: torch.Tensor, w_gate_up,
                          eps: float) -> torch.Tensor:
         """Return silu(gate) * up for each row, float32 [n, I]."""
-        if _row_by_row(x, w_gate_up):
-            return torch.stack([self.ops.rms_gate_up_silu(row, norm_w, w_gate_up, eps)
-                                for row in x])
         return self.ops.rows_gate_up_silu(x, norm_w, w_gate_up, eps)
 
     def rms_gate_up_gelu(self, x: torch.Tensor, norm_w: torch.Tensor, w_gate_up,
                          eps: float) -> torch.Tensor:
         """Return gelu_tanh(gate) * up for each row, float32 [n, I]."""
-        if _row_by_row(x, w_gate_up):
-            return torch.stack([self.ops.rms_gate_up_gelu(row, norm_w, w_gate_up, eps)
-                                for row in x])
         return self.ops.rows_gate_up_gelu(x, norm_w, w_gate_up, eps)
 
     def matvec_add(self, x: torch.Tensor, a: torch.Tensor, w) -> None:
         """Add w @ a[j] into each row x[j] in place."""
-        if _row_by_row(x, w):
-            for row, a_row in zip(x, a):
-                self.ops.matvec_add(row, a_row, w)
-            return
         self.ops.rows_matvec_add(x, a, w)
 
     def matvec_norm_add(self, x: torch.Tensor, a: torch.Tensor, w, norm_w: torch.Tensor,
                         eps: float) -> None:
         """Add rms_norm(w @ a[j]) into each row x[j] in place (Gemma 3's post-norms)."""
-        if _row_by_row(x, w):
-            for row, a_row in zip(x, a):
-                self.ops.matvec_norm_add(row, a_row, w, norm_w, eps)
-            return
         self.ops.rows_matvec_norm_add(x, a, w, norm_w, eps)
 
     def head_norm(self, qkv: torch.Tensor, q_norm: torch.Tensor, k_norm: torch.Tensor,
@@ -83,9 +64,3 @@ class RowOps:
         """Row j at position pos[j]: rotate, store k and v, attend over 0..pos[j]; [n, Hq D]."""
         return self.ops.rows_rope_attention(qkv, pos, cos, sin, k_cache, v_cache, num_heads,
                                             scale, window)
-
-
-def _row_by_row(x: torch.Tensor, w) -> bool:
-    # A 4-bit linear on CUDA: the step's own GEMV once per row. On a CPU the step dequantises
-    # it on every call (ops_torch), so one dequantised product serves every row there.
-    return isinstance(w, PackedLinear) and x.device.type == 'cuda'

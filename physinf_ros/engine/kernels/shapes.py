@@ -71,4 +71,10 @@ DEFAULT_GEMV = MappingProxyType({
     # A verify step's GEMVs over up to ROWS_P rows (ops_triton.rows_*): [block_n, block_k]
     # weight tiles, each meeting every row in one tl.dot. Untuned.
     'rows_rms_matvec': GemvConfig(32, 128, 1, 4), 'rows_gate_up': GemvConfig(32, 128, 1, 4),
-    'rows_matvec_add': GemvConfig(32, 128, 1, 4)})
+    'rows_matvec_add': GemvConfig(32, 128, 1, 4),
+    # The same over a 4-bit linear's codes (ops_triton._rows_q4_kernel): [block_k inputs,
+    # block_n outputs] tiles, block_k cut to the group size where it is smaller (and to 64 at
+    # 64 rows). Untuned.
+    'rows_rms_matvec_q4': GemvConfig(32, 128, 1, 4),
+    'rows_gate_up_q4': GemvConfig(32, 128, 1, 4),
+    'rows_matvec_add_q4': GemvConfig(32, 128, 4, 4)})

@@ -323,16 +323,18 @@ REUSES_PREFIX = True
 
 @torch.inference_mode()
 def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
-                  sin: torch.Tensor, last_only: bool = False, start: int = 0) -> torch.Tensor:
+                  sin: torch.Tensor, last_only: bool = False, start: int = 0,
+                  dense=dense) -> torch.Tensor:
     """
     Run ids [n] from position start and fill the cache; float32 logits [n, vocab] of each.
 
     Each row is the prediction for the next token (teacher forcing); last_only keeps one row.
     The cache's first start positions must hold this sequence's earlier tokens (a reused
-    prefix): the new tokens attend to them and to each other.
+    prefix): the new tokens attend to them and to each other. dense makes a 4-bit linear a
+    float weight (gptq.dense; on CUDA the decoder passes its kernel's, ops_triton.dense).
     """
     return prompt_logits_by_layer(w, cache, ids, [(cos, sin)] * len(w.layers), last_only,
-                                  start)
+                                  start, dense)
 
 
 def attend_prompt(c: ModelConfig, cache: KVCache, i: int, q: torch.Tensor, k: torch.Tensor,
@@ -363,7 +365,8 @@ def attend_prompt(c: ModelConfig, cache: KVCache, i: int, q: torch.Tensor, k: to
 
 
 def prompt_logits_by_layer(w: Weights, cache: KVCache, ids: torch.Tensor, tables: list,
-                           last_only: bool = False, start: int = 0) -> torch.Tensor:
+                           last_only: bool = False, start: int = 0,
+                           dense=dense) -> torch.Tensor:
     """prompt_logits with layer i's rotary tables cos, sin [T, head_dim / 2] in tables[i]."""
     c = w.config
     n = ids.shape[0]

@@ -57,7 +57,8 @@ REUSES_PREFIX = True   # a prefill may start after a prefix the cache holds (lla
 
 @torch.inference_mode()
 def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
-                  sin: torch.Tensor, last_only: bool = False, start: int = 0) -> torch.Tensor:
+                  sin: torch.Tensor, last_only: bool = False, start: int = 0,
+                  dense=dense) -> torch.Tensor:
     """Float32 logits [n, vocab] of each position of ids [n] from start (llama's)."""
     c = w.config
     n = ids.shape[0]

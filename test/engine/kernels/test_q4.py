@@ -7,8 +7,11 @@ against transformers on the exact float32 dequantisation of the same checkpoint.
 
 from physinf_ros.engine.base import DecoderInfo
 from physinf_ros.engine.decoders.hf import HFDecoder, load_hf_model
-from physinf_ros.engine.decoders.native import NativeDecoder
+from physinf_ros.engine.decoders.native import NativeDecoder, PREFILL_ROWS
 from physinf_ros.engine.kernels import ops_torch, ops_triton
+from physinf_ros.engine.kernels.config import KernelConfig
+from physinf_ros.engine.kernels.rows import RowOps
+from physinf_ros.engine.model import families, llama
 from physinf_ros.engine.model.llama import decode_one_token, KVCache, load_hf_dir, rope_tables
 from physinf_ros.engine.sampling import Sampling
 from physinf_ros.engine.weights import gptq
@@ -108,6 +111,91 @@ def test_q4_kernels_match_the_torch_reference(dtype, asymmetric):
     assert rel(residual, expected) < TOL[dtype]
 
 
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize('group_size', [32, 128])
+@pytest.mark.parametrize('asymmetric', [False, True])
+def test_dequantize_kernel_gives_the_packed_linears_dense_weight(dtype, group_size, asymmetric):
+    # One kernel for what PackedLinear.dense computes in a dozen torch ops: the exact float32
+    # value, rounded once to the model dtype. N and K leave partial tiles.
+    w = packed(200, 384, group_size, dtype, asymmetric, seed=7)
+    out, ref = ops_triton.dequantize(w), w.dense()
+    assert out.dtype == dtype and out.shape == (200, 384)
+    if dtype == torch.bfloat16 and ops_triton.INTERPRET:
+        # The interpreter rounds to bf16 by truncation, a GPU (and torch) to nearest: at most
+        # one bf16 step (2^-7 of the value) apart, and mostly equal.
+        gap = (out.float() - ref.float()).abs()
+        assert bool((gap <= ref.float().abs() * 2.0 ** -7).all())
+        assert (gap == 0).float().mean() > 0.4
+    else:
+        assert torch.equal(out, ref)
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize('rows', [1, 5, 16, 40, 65])   # 40: 64 padded rows; 65: dequantised
+def test_4bit_gemvs_over_rows_are_the_step_ops_row_by_row(dtype, rows):
+    # Each code word read once for every row (_rows_q4_kernel, up to Q4_ROWS rows), past that
+    # the linear dequantised whole for one matrix product; norm, bias, both activations and the
+    # residual (split K) as the one-row ops apply them.
+    x, a = torch.randn(rows, 256, device=DEVICE), torch.randn(rows, 160, device=DEVICE)
+    norm = torch.randn(256, device=DEVICE).to(dtype)
+    bias = torch.randn(96, device=DEVICE).to(dtype)
+    qkv = packed(96, 256, 64, dtype, asymmetric=True)
+    out = ops_triton.rows_rms_matvec(x, norm, qkv, bias, 1e-6)
+    ref = torch.stack([ops_torch.rms_matvec(row, norm, qkv, bias, 1e-6) for row in x])
+    assert out.shape == (rows, 96) and rel(out, ref) < TOL[dtype]
+    gate_up = packed(2 * 72, 256, 32, dtype, seed=3)
+    for gelu, op in ((False, ops_torch.rms_gate_up_silu), (True, ops_torch.rms_gate_up_gelu)):
+        out = ops_triton.rows_gate_up(x, norm, gate_up, 1e-5, gelu)
+        ref = torch.stack([op(row, norm, gate_up, 1e-5) for row in x])
+        assert out.shape == (rows, 72) and rel(out, ref) < TOL[dtype], gelu
+    down, out_norm = packed(64, 160, 32, dtype, seed=5), torch.randn(64, device=DEVICE).to(dtype)
+    residual = torch.randn(rows, 64, device=DEVICE)
+    out, ref = residual.clone(), residual.clone()
+    ops_triton.rows_matvec_add(out, a, down)
+    for row, a_row in zip(ref, a):
+        ops_torch.matvec_add(row, a_row, down)
+    assert rel(out - residual, ref - residual) < TOL[dtype]
+    out, ref = residual.clone(), residual.clone()
+    ops_triton.rows_matvec_norm_add(out, a, down, out_norm, 1e-6)
+    for row, a_row in zip(ref, a):
+        ops_torch.matvec_norm_add(row, a_row, down, out_norm, 1e-6)
+    assert rel(out - residual, ref - residual) < TOL[dtype]
+
+
+def test_4bit_prompt_on_the_dequantize_kernel_is_the_torch_prompt(tmp_path):
+    # The decoder's prefill passes its ops' dense: on the kernels, the same float32 weights,
+    # so the same logits and cache bit for bit.
+    gptq_dir, _ = save_tiny_gptq('qwen2.5-7b', tmp_path)
+    weights = load_hf_dir(gptq_dir, DEVICE, torch.float32, packed=True)
+    family = families.module(weights.config)
+    cos, sin = family.rope_tables(weights.config, 64, DEVICE)
+    caches = [KVCache.allocate(weights.config, 64, DEVICE, torch.float32) for _ in range(2)]
+    prompt = torch.arange(3, 40, device=DEVICE)
+    ref = families.prefill(family, weights, caches[0], prompt, cos, sin)
+    out = families.prefill(family, weights, caches[1], prompt, cos, sin,
+                           dense=ops_triton.KernelOps(KernelConfig()).dense)
+    assert torch.equal(out, ref) and torch.equal(caches[1].k, caches[0].k)
+
+
+@pytest.mark.parametrize('rows', [4, 40])
+def test_4bit_forward_over_rows_is_its_steps_one_by_one(tmp_path, rows):
+    # A 4-bit verify step (4 rows) and a short prompt's prefill (40 rows) through RowOps on the
+    # kernels give the residuals and cache that the torch path's steps give in turn.
+    gptq_dir, _ = save_tiny_gptq('qwen2.5-7b', tmp_path)
+    weights = load_hf_dir(gptq_dir, DEVICE, torch.float32, packed=True)
+    cos, sin = rope_tables(weights.config, 64, DEVICE)
+    caches = [KVCache.allocate(weights.config, 64, DEVICE, torch.float32) for _ in range(2)]
+    tokens = torch.randint(3, 500, (rows,), generator=torch.Generator().manual_seed(4))
+    tokens = tokens.to(DEVICE)
+    pos = torch.arange(3, 3 + rows, dtype=torch.int32, device=DEVICE)
+    ref = torch.stack([llama.decode_layers(weights, caches[0], tokens[j:j + 1], pos[j:j + 1],
+                                           cos, sin, ops_torch) for j in range(rows)])
+    out = llama.decode_layers(weights, caches[1], tokens, pos, cos, sin,
+                              RowOps(ops_triton.KernelOps(KernelConfig())))
+    assert rel(out, ref) < 1e-5
+    assert rel(caches[1].k, caches[0].k) < 1e-5 and rel(caches[1].v, caches[0].v) < 1e-5
+
+
 def greedy(decoder, prompt, steps):
     tokens = [decoder.prefill(prompt, Sampling())]
     logits = [decoder.last_logits().float().clone()]
@@ -133,6 +221,11 @@ def test_4bit_forward_matches_transformers_on_the_dequantised_weights(tmp_path, 
     ref_tokens, ref_logits = greedy(reference, prompt, 32)
     assert ours_tokens == ref_tokens
     assert max(rel(a, b) for a, b in zip(ours_logits, ref_logits)) < 1e-4
+    # The prompt over rows, as graphed CUDA prefills a short one (here on the CPU, uncaptured).
+    ours.prefill_rows, ours.reuse_prefix = PREFILL_ROWS, False
+    rows_tokens, rows_logits = greedy(ours, prompt, 32)
+    assert rows_tokens == ref_tokens
+    assert max(rel(a, b) for a, b in zip(rows_logits, ref_logits)) < 1e-4
 
 
 def test_whole_4bit_step_on_the_kernels_matches_the_torch_path(tmp_path):
