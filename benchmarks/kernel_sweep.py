@@ -89,6 +89,13 @@ CANDIDATES = {
                      itertools.product((16, 32, 64), (128, 256), (4,))],
     'rows_matvec_add': [GemvConfig(bn, bk, s, w) for bn, bk, s, w in
                         itertools.product((16, 32, 64), (128, 256), (1, 2), (4,))],
+    # The same over 4-bit codes (ops_triton._rows_q4_kernel): block_k is cut to the group size.
+    'rows_rms_matvec_q4': [GemvConfig(bn, 128, 1, w) for bn, w in
+                           itertools.product((16, 32, 64), (4, 8))],
+    'rows_gate_up_q4': [GemvConfig(bn, 128, 1, w) for bn, w in
+                        itertools.product((16, 32, 64), (4, 8))],
+    'rows_matvec_add_q4': [GemvConfig(bn, 128, s, w) for bn, s, w in
+                           itertools.product((16, 32, 64), (1, 2, 4, 8), (4, 8))],
     'matvec_add_q4cuda': [Q4Shape(c, u, s).as_gemv() for c, u, s in
                           itertools.product(q4_cuda.COLUMNS, (4, 8), q4_cuda.SPLITS)],
 }

@@ -370,7 +370,8 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
       for model in ${ROWS_SWEEP_MODELS:-synthetic:llama-3.1-8b synthetic:llama-3.2-1b}; do
         tag=$(echo "${model#synthetic:}" | tr ':' '-')
         TAIL=8 run rowsweep_$tag "${SWEEP_LIMIT:-200}" python3 benchmarks/kernel_sweep.py \
-          --model "$model" --kinds rows_rms_matvec,rows_gate_up,rows_matvec_add --skip-attention \
+          --model "$model" --skip-attention \
+          --kinds rows_rms_matvec,rows_gate_up,rows_matvec_add,rows_rms_matvec_q4,rows_gate_up_q4,rows_matvec_add_q4 \
           --out "$WORK/rowsweep_$tag.json"
         python3 -c 'import json, sys
 for row in json.load(open(sys.argv[1]))["tuning"]["gemv"]:
