@@ -48,10 +48,13 @@ def gemv_cases(c: ModelConfig):
     """
     h, i = c.hidden_size, c.intermediate_size
     layers = c.num_layers
+    # Gemma 3 norms o_proj's and down's outputs before the residual add (matvec_norm_add): its
+    # GEMVs run as the rms_matvec kind without a norm.
+    residual = 'rms_matvec' if c.family == 'gemma3' else 'matvec_add'
     layer = [('rms_matvec', c.q_size + 2 * c.kv_size, h, layers),
-             ('matvec_add', h, c.q_size, layers),
+             (residual, h, c.q_size, layers),
              ('gate_up', i, h, layers),
-             ('matvec_add', h, i, layers)]
+             (residual, h, i, layers)]
     return (layer + [('rms_matvec', c.vocab_size, h, 2)]
             + [(kind + '_q4', n, k, copies) for kind, n, k, copies in layer]
             + [(kind + '_q4cuda', n, k, copies) for kind, n, k, copies in layer]

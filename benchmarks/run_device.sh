@@ -76,10 +76,12 @@
 #   speculation physinf-bench --verify-k 1,2,4,8 (issue 54): verify steps of k drafted tokens
 #              against the plain step, graphed, ctx 2048, 3 sessions, on the 8B, its 4-bit copy,
 #              the 1B, and the 8B with the 1B as draft model
-#   rowsweep   kernel_sweep.py's verify-step (rows_) GEMV shapes on ROWS_SWEEP_MODELS (default
-#              the 8B and 1B shapes), the best appended to this machine's config/kernels.yaml
-#              for the later stages and stashed; rowstuned puts the stashed one back in a later
-#              call (a call's tree is sent afresh)
+#   rowsweep   kernel_sweep.py's verify-step (rows_, 16- and 4-bit) GEMV shapes on
+#              ROWS_SWEEP_MODELS (default the 8B and 1B shapes), the best appended to this
+#              machine's config/kernels.yaml for the later stages and stashed; rowstuned puts
+#              the stashed one back in a later call (a call's tree is sent afresh)
+#   familysweep the same for the step's bf16 GEMVs of FAMILY_SWEEP_SHAPES (default the Qwen3
+#              and Gemma 3 shapes furthest below their R_floor targets), before families
 #   specembedded the same on the embedded 135M at ctx 512, whose costs give
 #              benchmarks/speculation_acceptance.py's effective speed-up on the embedded model,
 #              graphed
@@ -128,6 +130,20 @@ run() {  # run NAME TIMEOUT CMD...: log to $WORK/NAME.log, never stop the other 
   timeout -s INT -k 30 "$limit" "$@" > "$WORK/$name.log" 2>&1   # INT: a run writes what it has
   echo "=== $name: exit $? after $((SECONDS - start)) s"
   tail -n "${TAIL:-12}" "$WORK/$name.log"
+}
+
+sweep_into_config() {  # sweep_into_config STAGE MODEL KINDS: kernel_sweep.py's best shape of
+  # each of MODEL's GEMVs of KINDS, appended to this machine's config/kernels.yaml (the H200
+  # entry is the file's last) for the stages after it, and stashed for a later call's rowstuned
+  local tag
+  tag=$(echo "${2#synthetic:}" | tr ':' '-')
+  TAIL=8 run "$1_$tag" "${SWEEP_LIMIT:-200}" python3 benchmarks/kernel_sweep.py \
+    --model "$2" --skip-attention --kinds "$3" --out "$WORK/$1_$tag.json"
+  python3 -c 'import json, sys
+for row in json.load(open(sys.argv[1]))["tuning"]["gemv"]:
+    print("    - {" + ", ".join(f"{k}: {v}" for k, v in row.items()) + "}")' \
+    "$WORK/$1_$tag.json" >> config/kernels.yaml
+  cp config/kernels.yaml "$WORK/kernels.yaml"; cp config/kernels.yaml "$STASH/kernels.yaml"
 }
 
 for stage in "$@"; do
@@ -364,21 +380,17 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
         --model synthetic:llama-3.1-8b --draft synthetic:llama-3.2-1b --contexts 2048 \
         "${verify[@]}" --out "$WORK/verify_llama-3.1-8b_draft_llama-3.2-1b.json";;
     rowsweep)
-      # The verify step's GEMV shapes (issue 54) swept on ROWS_SWEEP_MODELS, the best of each
-      # appended to this machine's config/kernels.yaml (the H200 entry is the file's last) for
-      # the stages after it, and stashed for the next call's rowstuned.
+      # The verify step's GEMV shapes (issue 54) swept on ROWS_SWEEP_MODELS.
       for model in ${ROWS_SWEEP_MODELS:-synthetic:llama-3.1-8b synthetic:llama-3.2-1b}; do
-        tag=$(echo "${model#synthetic:}" | tr ':' '-')
-        TAIL=8 run rowsweep_$tag "${SWEEP_LIMIT:-200}" python3 benchmarks/kernel_sweep.py \
-          --model "$model" --skip-attention \
-          --kinds rows_rms_matvec,rows_gate_up,rows_matvec_add,rows_rms_matvec_q4,rows_gate_up_q4,rows_matvec_add_q4 \
-          --out "$WORK/rowsweep_$tag.json"
-        python3 -c 'import json, sys
-for row in json.load(open(sys.argv[1]))["tuning"]["gemv"]:
-    print("    - {" + ", ".join(f"{k}: {v}" for k, v in row.items()) + "}")' \
-          "$WORK/rowsweep_$tag.json" >> config/kernels.yaml
+        sweep_into_config rowsweep "$model" \
+          rows_rms_matvec,rows_gate_up,rows_matvec_add,rows_rms_matvec_q4,rows_gate_up_q4,rows_matvec_add_q4
       done
-      cp config/kernels.yaml "$WORK/kernels.yaml"; cp config/kernels.yaml "$STASH/kernels.yaml"
+      tail -n 12 config/kernels.yaml;;
+    familysweep)
+      # The step's bf16 GEMV shapes of the families' small shapes (issue 53), swept.
+      for shape in ${FAMILY_SWEEP_SHAPES:-qwen3-0.6b qwen3-1.7b gemma-3-1b gemma-3-4b}; do
+        sweep_into_config familysweep "synthetic:$shape" rms_matvec,matvec_add,gate_up
+      done
       tail -n 12 config/kernels.yaml;;
     rowstuned)
       [ -f "$STASH/kernels.yaml" ] && cp "$STASH/kernels.yaml" config/kernels.yaml
