@@ -9,10 +9,12 @@ one allowed, so known before its own step runs). The masks over a threshold are 
 both: where they come, and what could hide them.
 
     python benchmarks/slow_masks.py --tokenizer embedded --tokenizer build/tok128k \
-        --out benchmarks/results/dev/slow_masks.json
+        --without-max-length --out benchmarks/results/dev/slow_masks.json
 
 (`embedded`: the embedded model's 49k tokenizer; build/tok128k: the 128k byte-level BPE that
 benchmarks/grammar_masks.py --train-128k trains, the one the protocol's 8B cell used.)
+--without-max-length walks the same schema with its strings' maxLength removed as well: a
+bounded string is where the slow masks come (xgrammar shows the same, mlc-ai/xgrammar#852).
 """
 
 import argparse
@@ -51,6 +53,16 @@ def walk(vocabulary, output, walks, max_tokens, seed):
     return masks
 
 
+def without_max_length(schema):
+    """Return the schema with every string's maxLength removed (the rest as it is)."""
+    if isinstance(schema, list):
+        return [without_max_length(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {key: without_max_length(value) for key, value in schema.items()
+            if not (key == 'maxLength' and schema.get('type') == 'string')}
+
+
 def summary(masks, slow_us):
     """Percentiles of the masks, and the slow ones by what they allow and what came before."""
     times = [m[0] for m in masks]
@@ -74,25 +86,32 @@ def main():
     parser.add_argument('--slow-us', type=float, default=500.0,
                         help='a mask slower than this outlasts the 135M shape forward')
     parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--without-max-length', action='store_true',
+                        help="also walk the schema with its strings' maxLength removed")
     parser.add_argument('--out', required=True)
     args = parser.parse_args()
     from transformers import AutoTokenizer
     schemas = {s['name']: s['schema'] for s in yaml.safe_load(
         open(config_path('robot_schemas.yaml')))}
-    output = OutputFormat(json.dumps(schemas[args.schema]))
+    variants = {'tokenizers': schemas[args.schema]}   # the schema as written
+    if args.without_max_length:
+        variants['without_max_length'] = without_max_length(schemas[args.schema])
     results = {'processor': platform.processor(), 'cpus': os.cpu_count(),
-               'schema': args.schema, 'walks': args.walks, 'seed': args.seed, 'tokenizers': {}}
+               'schema': args.schema, 'walks': args.walks, 'seed': args.seed}
     for path in args.tokenizer:
         tokenizer = AutoTokenizer.from_pretrained(
             str(resolve('embedded').path) if path == 'embedded' else path)
         vocabulary = Vocabulary(tokenizer, [tokenizer.eos_token_id])
-        masks = walk(vocabulary, output, args.walks, args.max_tokens, args.seed)
-        results['tokenizers'][f'{vocabulary.n_vocab} tokens'] = found = summary(
-            masks, args.slow_us)
-        print(f"{vocabulary.n_vocab} tokens: {found['masks']} masks, "
-              f"p50 {found['mask_us_p50']:.0f} us, p99 {found['mask_us_p99']:.0f} us; "
-              f"{found['slow']} over {args.slow_us:.0f} us, {found['slow_after_forced']} of "
-              f"them after a forced token, allowing {found['slow_allowed_min']} tokens or more")
+        for variant, schema in variants.items():
+            masks = walk(vocabulary, OutputFormat(json.dumps(schema)), args.walks,
+                         args.max_tokens, args.seed)
+            results.setdefault(variant, {})[f'{vocabulary.n_vocab} tokens'] = found = summary(
+                masks, args.slow_us)
+            print(f"{variant}, {vocabulary.n_vocab} tokens: {found['masks']} masks, "
+                  f"p50 {found['mask_us_p50']:.0f} us, p99 {found['mask_us_p99']:.0f} us; "
+                  f"{found['slow']} over {args.slow_us:.0f} us, {found['slow_after_forced']} of "
+                  f"them after a forced token, allowing {found['slow_allowed_min']} tokens or "
+                  'more')
     with open(args.out, 'w') as f:
         json.dump(results, f, indent=1)
 

@@ -29,3 +29,12 @@ def test_a_walk_records_every_mask_after_the_first_and_whether_its_token_was_for
     # A goto reply can begin only one way: the mask after its first token follows a forced one.
     assert masks[0][2] is True
     assert any(not forced for _, _, forced in masks)
+
+
+def test_without_max_length_drops_only_the_strings_bounds():
+    plan = next(s for s in robot_schemas() if s['name'] == 'plan')['schema']
+    free = slow_masks.without_max_length(plan)
+    argument = free['properties']['steps']['items']['properties']['argument']
+    assert argument == {'type': 'string'}
+    assert free['properties']['steps']['maxItems'] == plan['properties']['steps']['maxItems']
+    assert 'maxLength' in json.dumps(plan)   # the schema itself is left as written
