@@ -85,20 +85,21 @@ CANDIDATES = {
                           itertools.product(q4_cuda.COLUMNS, (4, 8))],
     'gate_up_q4cuda': [Q4Shape(c, 4, 1).as_gemv() for c in q4_cuda.COLUMNS],
     # A verify step's GEMVs over ROWS rows (ops_triton.rows_*): tl.dot tiles, 16 outputs at
-    # the least.
-    'rows_rms_matvec': [GemvConfig(bn, bk, 1, w) for bn, bk, w in
-                        itertools.product((16, 32, 64), (128, 256), (4,))],
-    'rows_gate_up': [GemvConfig(bn, bk, 1, w) for bn, bk, w in
-                     itertools.product((16, 32, 64), (128, 256), (4,))],
-    'rows_matvec_add': [GemvConfig(bn, bk, s, w) for bn, bk, s, w in
-                        itertools.product((16, 32, 64), (128, 256), (1, 2), (4,))],
+    # the least; tiles_ahead is their pipeline's depth less 2 (more bytes in flight a program:
+    # the rows GEMVs streamed at 1.7 TB/s untuned, docs/PERF.md).
+    'rows_rms_matvec': [GemvConfig(bn, bk, 1, 4, a) for bn, bk, a in
+                        itertools.product((16, 32, 64), (128, 256), (1, 3))],
+    'rows_gate_up': [GemvConfig(bn, bk, 1, 4, a) for bn, bk, a in
+                     itertools.product((16, 32, 64), (128, 256), (1, 3))],
+    'rows_matvec_add': [GemvConfig(bn, bk, s, 4, a) for bn, bk, s, a in
+                        itertools.product((32, 64), (128, 256), (1, 2, 4), (1, 3))],
     # The same over 4-bit codes (ops_triton._rows_q4_kernel): block_k is cut to the group size.
-    'rows_rms_matvec_q4': [GemvConfig(bn, 128, 1, w) for bn, w in
-                           itertools.product((16, 32, 64), (4, 8))],
-    'rows_gate_up_q4': [GemvConfig(bn, 128, 1, w) for bn, w in
-                        itertools.product((16, 32, 64), (4, 8))],
-    'rows_matvec_add_q4': [GemvConfig(bn, 128, s, w) for bn, s, w in
-                           itertools.product((16, 32, 64), (1, 2, 4, 8), (4, 8))],
+    'rows_rms_matvec_q4': [GemvConfig(bn, 128, 1, 4, a) for bn, a in
+                           itertools.product((16, 32, 64), (1, 2))],
+    'rows_gate_up_q4': [GemvConfig(bn, 128, 1, 4, a) for bn, a in
+                        itertools.product((16, 32, 64), (1, 2))],
+    'rows_matvec_add_q4': [GemvConfig(bn, 128, s, 4, a) for bn, s, a in
+                           itertools.product((32, 64), (2, 4, 8), (1, 2))],
     'matvec_add_q4cuda': [Q4Shape(c, u, s).as_gemv() for c, u, s in
                           itertools.product(q4_cuda.COLUMNS, (4, 8), q4_cuda.SPLITS)],
 }

@@ -137,7 +137,7 @@ sweep_into_config() {  # sweep_into_config STAGE MODEL KINDS: kernel_sweep.py's 
   # entry is the file's last) for the stages after it, and stashed for a later call's rowstuned
   local tag
   tag=$(echo "${2#synthetic:}" | tr ':' '-')
-  TAIL=8 run "$1_$tag" "${SWEEP_LIMIT:-200}" python3 benchmarks/kernel_sweep.py \
+  TAIL=8 run "$1_$tag" "${SWEEP_LIMIT:-300}" python3 benchmarks/kernel_sweep.py \
     --model "$2" --skip-attention --kinds "$3" --out "$WORK/$1_$tag.json"
   python3 -c 'import json, sys
 for row in json.load(open(sys.argv[1]))["tuning"]["gemv"]:

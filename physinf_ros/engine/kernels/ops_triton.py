@@ -1254,7 +1254,7 @@ def _rows_q4(w: PackedLinear, x, y, norm_w, bias, eps, kind: str, config: Kernel
         GROUP=w.group_size, ROWS_P=rows_p, BLOCK_N=cfg.block_n, BLOCK_K=block_k,
         SPLIT_K=split_k,
         WDTYPE=_TL_DTYPES[w.dtype], DOT=dot, PRECISION=precision, STREAM=config.stream(),
-        num_warps=cfg.num_warps, **_pdl(x.device))
+        num_warps=cfg.num_warps, num_stages=_rows_stages(cfg), **_pdl(x.device))
 
 
 def _rows_launch(kind: str, w: torch.Tensor, x: torch.Tensor, config: KernelConfig) -> tuple:
@@ -1263,8 +1263,13 @@ def _rows_launch(kind: str, w: torch.Tensor, x: torch.Tensor, config: KernelConf
     dot, precision = _products(w.dtype)
     return cfg, {'ROWS_P': ROWS_P, 'BLOCK_N': cfg.block_n, 'BLOCK_K': cfg.block_k,
                  'DOT': dot, 'PRECISION': precision, 'STREAM': config.stream(),
-                 'num_warps': cfg.num_warps,
+                 'num_warps': cfg.num_warps, 'num_stages': _rows_stages(cfg),
                  **_pdl(x.device)}
+
+
+def _rows_stages(cfg: GemvConfig) -> int:
+    # The rows kernels' pipeline depth (GemvConfig.tiles_ahead).
+    return cfg.tiles_ahead + 2
 
 
 def rows_rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w, bias: Optional[torch.Tensor],

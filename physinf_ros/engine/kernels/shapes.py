@@ -16,6 +16,8 @@ class GemvConfig:
     num_warps: int = 4
     # Weight tiles each program loads before its PDL wait (the loop then keeps one more in
     # flight): more fills the previous kernel's tail where all programs are resident at once.
+    # The rows kernels (tl.dot, software-pipelined by Triton) keep tiles_ahead + 1 tiles in
+    # flight instead: their pipeline depth, num_stages, is tiles_ahead + 2 (1: Triton's 3).
     tiles_ahead: int = 1
 
     def __post_init__(self):
