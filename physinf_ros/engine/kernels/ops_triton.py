@@ -451,6 +451,33 @@ def _rows_input(X, NORM, r, r_mask, k, k_mask, K, squares, HAS_NORM: tl.constexp
 
 
 @triton.jit
+def _rows_span(R, N, K, SPLIT_K: tl.constexpr, ROWS_P: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_K: tl.constexpr):
+    # A rows GEMV program's outputs (cols), its part of K (split SPLIT_K ways, whole tiles) and
+    # the rows, padded to ROWS_P.
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    k_len = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
+    k_start = tl.program_id(1) * k_len
+    r = tl.arange(0, ROWS_P)
+    return cols, cols < N, k_start, tl.minimum(k_start + k_len, K), r, r < R
+
+
+@triton.jit
+def _rows_store(Y, acc, BIAS, cols, n_mask, r, r_mask, N, HAS_BIAS: tl.constexpr,
+                ACCUMULATE: tl.constexpr):
+    # acc [BLOCK_N, ROWS_P] into rows r of Y [R, N]: added (a residual, split K) or stored with
+    # the bias.
+    out = Y + r.to(tl.int64)[None, :] * N + cols[:, None]
+    mask = n_mask[:, None] & r_mask[None, :]
+    if ACCUMULATE:
+        tl.atomic_add(out, acc, mask=mask, sem='relaxed')   # as _matvec_kernel's
+    else:
+        if HAS_BIAS:
+            acc += tl.load(BIAS + cols, mask=n_mask, other=0.0).to(tl.float32)[:, None]
+        tl.store(out, acc, mask=mask)
+
+
+@triton.jit
 def _rows_matvec_kernel(W, X, Y, NORM, BIAS, R, N, K, eps, HAS_NORM: tl.constexpr,
                         HAS_BIAS: tl.constexpr, ACCUMULATE: tl.constexpr, ROWS_P: tl.constexpr,
                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
@@ -458,13 +485,8 @@ def _rows_matvec_kernel(W, X, Y, NORM, BIAS, R, N, K, eps, HAS_NORM: tl.constexp
                         PDL: tl.constexpr):
     # Y[r] (+)= W @ x[r] for R rows (a verify step's) at one read of each weight tile: the
     # tile meets every row in one tl.dot, the rows padded to ROWS_P (16, the product's least).
-    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_mask = cols < N
-    k_len = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
-    k_start = tl.program_id(1) * k_len
-    k_end = tl.minimum(k_start + k_len, K)
-    r = tl.arange(0, ROWS_P)
-    r_mask = r < R
+    cols, n_mask, k_start, k_end, r, r_mask = _rows_span(R, N, K, SPLIT_K, ROWS_P, BLOCK_N,
+                                                         BLOCK_K)
     w_rows = W + cols.to(tl.int64)[:, None] * K
     _grid_sync(PDL)
     acc = tl.zeros([BLOCK_N, ROWS_P], dtype=tl.float32)
@@ -479,14 +501,7 @@ def _rows_matvec_kernel(W, X, Y, NORM, BIAS, R, N, K, eps, HAS_NORM: tl.constexp
                       input_precision=PRECISION, out_dtype=tl.float32)
     if HAS_NORM:   # the norm's rows of K are whole: a norm GEMV never splits K
         acc *= (1.0 / tl.sqrt(tl.sum(squares, axis=1) / K + eps))[None, :]
-    out = Y + r.to(tl.int64)[None, :] * N + cols[:, None]
-    mask = n_mask[:, None] & r_mask[None, :]
-    if ACCUMULATE:
-        tl.atomic_add(out, acc, mask=mask, sem='relaxed')   # as _matvec_kernel's
-    else:
-        if HAS_BIAS:
-            acc += tl.load(BIAS + cols, mask=n_mask, other=0.0).to(tl.float32)[:, None]
-        tl.store(out, acc, mask=mask)
+    _rows_store(Y, acc, BIAS, cols, n_mask, r, r_mask, N, HAS_BIAS, ACCUMULATE)
 
 
 @triton.jit
@@ -570,43 +585,32 @@ def _rows_q4_kernel(QW, S, Z, X, Y, NORM, BIAS, R, N, K, N_ALL, eps, HAS_NORM: t
     # a GPTQ linear over R rows: each code word is read once for all rows and dequantised in
     # registers into the tile that meets them in one tl.dot, rounded to the model dtype as
     # PackedLinear.dense rounds it.
-    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_mask = cols < N
-    k_len = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
-    k_start = tl.program_id(1) * k_len
-    k_end = tl.minimum(k_start + k_len, K)
-    r = tl.arange(0, ROWS_P)
-    r_mask = r < R
+    cols, n_mask, k_start, k_end, r, r_mask = _rows_span(R, N, K, SPLIT_K, ROWS_P, BLOCK_N,
+                                                         BLOCK_K)
     _grid_sync(PDL)
-    acc = tl.zeros([ROWS_P, BLOCK_N], dtype=tl.float32)
-    acc_up = tl.zeros([ROWS_P, BLOCK_N], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_N, ROWS_P], dtype=tl.float32)
+    acc_up = tl.zeros([BLOCK_N, ROWS_P], dtype=tl.float32)
     squares = tl.zeros([ROWS_P, BLOCK_K], dtype=tl.float32)
     for k0 in range(k_start, k_end, BLOCK_K):
         k = k0 + tl.arange(0, BLOCK_K)
         x, squares = _rows_input(X, NORM, r, r_mask, k, k < k_end, K, squares, HAS_NORM)
-        x = x.to(WDTYPE).to(DOT)
+        x = tl.trans(x.to(WDTYPE).to(DOT))
         w = _q4_weight_tile(QW, S, Z, k0, cols, n_mask, k_end, N_ALL, GROUP, HAS_ZEROS,
                             BLOCK_N, BLOCK_K, STREAM)
-        acc += tl.dot(x, w.to(WDTYPE).to(DOT), input_precision=PRECISION, out_dtype=tl.float32)
+        acc += tl.dot(tl.trans(w.to(WDTYPE).to(DOT)), x, input_precision=PRECISION,
+                      out_dtype=tl.float32)
         if GATE_UP:
             u = _q4_weight_tile(QW, S, Z, k0, cols + N, n_mask, k_end, N_ALL, GROUP, HAS_ZEROS,
                                 BLOCK_N, BLOCK_K, STREAM)
-            acc_up += tl.dot(x, u.to(WDTYPE).to(DOT), input_precision=PRECISION,
+            acc_up += tl.dot(tl.trans(u.to(WDTYPE).to(DOT)), x, input_precision=PRECISION,
                              out_dtype=tl.float32)
     if HAS_NORM:   # as in _rows_matvec_kernel: a norm GEMV never splits K
-        inv_rms = (1.0 / tl.sqrt(tl.sum(squares, axis=1) / K + eps))[:, None]
+        inv_rms = (1.0 / tl.sqrt(tl.sum(squares, axis=1) / K + eps))[None, :]
         acc *= inv_rms
         acc_up *= inv_rms
     if GATE_UP:
         acc = _gated(acc, acc_up, GELU)
-    out = Y + r.to(tl.int64)[:, None] * N + cols[None, :]
-    mask = r_mask[:, None] & n_mask[None, :]
-    if ACCUMULATE:
-        tl.atomic_add(out, acc, mask=mask, sem='relaxed')   # as _matvec_kernel's
-    else:
-        if HAS_BIAS:
-            acc += tl.load(BIAS + cols, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-        tl.store(out, acc, mask=mask)
+    _rows_store(Y, acc, BIAS, cols, n_mask, r, r_mask, N, HAS_BIAS, ACCUMULATE)
 
 
 @triton.jit

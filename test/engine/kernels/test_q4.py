@@ -18,6 +18,7 @@ from physinf_ros.engine.weights import gptq
 from physinf_ros.engine.weights.gptq import PackedLinear
 from physinf_ros.engine.weights.resolve import resolve
 import pytest
+from rows_checks import assert_rows_gemvs_are_row_by_row
 from tiny_models import ARCHS, save_tiny_gptq
 import torch
 
@@ -140,26 +141,9 @@ def test_4bit_gemvs_over_rows_are_the_step_ops_row_by_row(dtype, rows):
     norm = torch.randn(256, device=DEVICE).to(dtype)
     bias = torch.randn(96, device=DEVICE).to(dtype)
     qkv = packed(96, 256, 64, dtype, asymmetric=True)
-    out = ops_triton.rows_rms_matvec(x, norm, qkv, bias, 1e-6)
-    ref = torch.stack([ops_torch.rms_matvec(row, norm, qkv, bias, 1e-6) for row in x])
-    assert out.shape == (rows, 96) and rel(out, ref) < TOL[dtype]
-    gate_up = packed(2 * 72, 256, 32, dtype, seed=3)
-    for gelu, op in ((False, ops_torch.rms_gate_up_silu), (True, ops_torch.rms_gate_up_gelu)):
-        out = ops_triton.rows_gate_up(x, norm, gate_up, 1e-5, gelu)
-        ref = torch.stack([op(row, norm, gate_up, 1e-5) for row in x])
-        assert out.shape == (rows, 72) and rel(out, ref) < TOL[dtype], gelu
-    down, out_norm = packed(64, 160, 32, dtype, seed=5), torch.randn(64, device=DEVICE).to(dtype)
-    residual = torch.randn(rows, 64, device=DEVICE)
-    out, ref = residual.clone(), residual.clone()
-    ops_triton.rows_matvec_add(out, a, down)
-    for row, a_row in zip(ref, a):
-        ops_torch.matvec_add(row, a_row, down)
-    assert rel(out - residual, ref - residual) < TOL[dtype]
-    out, ref = residual.clone(), residual.clone()
-    ops_triton.rows_matvec_norm_add(out, a, down, out_norm, 1e-6)
-    for row, a_row in zip(ref, a):
-        ops_torch.matvec_norm_add(row, a_row, down, out_norm, 1e-6)
-    assert rel(out - residual, ref - residual) < TOL[dtype]
+    gate_up, down = packed(2 * 72, 256, 32, dtype, seed=3), packed(64, 160, 32, dtype, seed=5)
+    assert_rows_gemvs_are_row_by_row(x, a, norm, qkv, bias, gate_up, down,
+                                     torch.randn(64, device=DEVICE).to(dtype), TOL[dtype])
 
 
 def test_4bit_prompt_on_the_dequantize_kernel_is_the_torch_prompt(tmp_path):

@@ -6,6 +6,7 @@ from physinf_ros.engine.model.config import ModelConfig
 from physinf_ros.engine.model.llama import rope_tables
 from poisoned_scratch import poison_scratch
 import pytest
+from rows_checks import assert_rows_gemvs_are_row_by_row
 from tiny_models import twin_caches
 import torch
 
@@ -79,21 +80,4 @@ def test_rows_gemvs_are_the_step_ops_row_by_row(dtype, rows):
     g, w, b = rand(k, dtype=dtype), rand(n, k, dtype=dtype) * 0.2, rand(n, dtype=dtype)
     w_gate_up = (rand(2 * i, k) * 0.1).to(dtype)
     g_out, w_down = rand(n, dtype=dtype), (rand(n, n) * 0.2).to(dtype)
-    out = ops_triton.rows_rms_matvec(x, g, w, b, 1e-6)
-    ref = torch.stack([ops_torch.rms_matvec(row, g, w, b, 1e-6) for row in x])
-    assert out.shape == (rows, n) and rel(out, ref) < TOL[dtype]
-    for gelu, op in ((False, ops_torch.rms_gate_up_silu), (True, ops_torch.rms_gate_up_gelu)):
-        out = ops_triton.rows_gate_up(x[:, :k], g, w_gate_up, 1e-6, gelu)
-        ref = torch.stack([op(row, g, w_gate_up, 1e-6) for row in x])
-        assert out.shape == (rows, i) and rel(out, ref) < TOL[dtype], gelu
-    residual = rand(rows, n)
-    out, ref = residual.clone(), residual.clone()
-    ops_triton.rows_matvec_add(out, a, w_down)
-    for row, a_row in zip(ref, a):
-        ops_torch.matvec_add(row, a_row, w_down)
-    assert rel(out - residual, ref - residual) < TOL[dtype]
-    out, ref = residual.clone(), residual.clone()
-    ops_triton.rows_matvec_norm_add(out, a, w_down, g_out, 1e-6)
-    for row, a_row in zip(ref, a):
-        ops_torch.matvec_norm_add(row, a_row, w_down, g_out, 1e-6)
-    assert rel(out - residual, ref - residual) < TOL[dtype]
+    assert_rows_gemvs_are_row_by_row(x, a, g, w, b, w_gate_up, w_down, g_out, TOL[dtype])
