@@ -141,10 +141,10 @@ def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tens
         attn = attend_prompt(c, cache, i, _rotate(q, cos_n, sin_n), _rotate(k, cos_n, sin_n),
                              v.view(n, c.num_kv_heads, c.head_dim),
                              sliding if window else None, start)
-        x = x + norm(F.linear(attn, dense(layer.wo)), layer.post_attn_norm).float()
+        x += norm(F.linear(attn, dense(layer.wo)), layer.post_attn_norm)
         h = gelu_gate_up(F.linear(norm(x, layer.mlp_norm), dense(layer.w_gate_up)),
                          layer.w_gate_up)
-        x = x + norm(F.linear(h, dense(layer.w_down)), layer.post_mlp_norm).float()
+        x += norm(F.linear(h, dense(layer.w_down)), layer.post_mlp_norm)
     hidden = norm(x[-1:] if last_only else x, w.norm)
     return F.linear(hidden, w.lm_head).float()
 

@@ -382,10 +382,10 @@ def prompt_logits_by_layer(w: Weights, cache: KVCache, ids: torch.Tensor, tables
         k = _rotate(k.view(n, c.num_kv_heads, c.head_dim), cos_n, sin_n)
         attn = attend_prompt(c, cache, i, q, k, v.view(n, c.num_kv_heads, c.head_dim),
                              start=start)
-        x = x + F.linear(attn, dense(layer.wo)).float()
+        x += F.linear(attn, dense(layer.wo))   # in place: one pass, where + .float() took two
         h = silu_gate_up(F.linear(rms_norm(x, layer.mlp_norm, c.rms_norm_eps),
                                   dense(layer.w_gate_up)), layer.w_gate_up)
-        x = x + F.linear(h, dense(layer.w_down)).float()
+        x += F.linear(h, dense(layer.w_down))
     hidden = rms_norm(x[-1:] if last_only else x, w.norm, c.rms_norm_eps)
     return F.linear(hidden, w.lm_head).float()
 

@@ -72,10 +72,10 @@ def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tens
         k = rms_norm(k.view(n, c.num_kv_heads, c.head_dim), layer.k_norm, c.rms_norm_eps)
         attn = attend_prompt(c, cache, i, _rotate(q, cos_n, sin_n), _rotate(k, cos_n, sin_n),
                              v.view(n, c.num_kv_heads, c.head_dim), start=start)
-        x = x + F.linear(attn, dense(layer.wo)).float()
+        x += F.linear(attn, dense(layer.wo))
         h = silu_gate_up(F.linear(rms_norm(x, layer.mlp_norm, c.rms_norm_eps),
                                   dense(layer.w_gate_up)), layer.w_gate_up)
-        x = x + F.linear(h, dense(layer.w_down)).float()
+        x += F.linear(h, dense(layer.w_down))
     hidden = rms_norm(x[-1:] if last_only else x, w.norm, c.rms_norm_eps)
     return F.linear(hidden, w.lm_head).float()
 
