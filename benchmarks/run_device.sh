@@ -73,6 +73,9 @@
 #              picks SHAPE:TOKENIZER pairs
 #   specprofile the CUDA profiler over a plain step and a 4-token verify step (profile_step.py
 #              --verify-k) of SPEC_PROFILE_MODELS (default the 8B and 1B shapes) at ctx 2048
+#   prefillprofile the same over a cold prefill of 32 and 2048 tokens (profile_step.py
+#              --prefill) of PREFILL_PROFILE_MODELS (the 8B, its 4-bit copy, the 1B): kernel time
+#              by kind (matrix products, attention, ours, the rest)
 #   speculation physinf-bench --verify-k 1,2,4,8 (issue 54): verify steps of k drafted tokens
 #              against the plain step, graphed, ctx 2048, 3 sessions, on the 8B, its 4-bit copy,
 #              the 1B, and the 8B with the 1B as draft model
@@ -367,6 +370,15 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
           tag=$(echo "${model#synthetic:}" | tr ':' '-')_k$k
           TAIL=8 run specprofile_$tag 120 python3 benchmarks/profile_step.py --model "$model" \
             --ctx 2048 --verify-k $k --out "$WORK/specprofile_$tag.json"
+        done
+      done;;
+    prefillprofile)
+      # Where a cold prefill's time goes (issue 52): kernels by kind at 32 and 2048 tokens.
+      for model in ${PREFILL_PROFILE_MODELS:-synthetic:llama-3.1-8b synthetic:llama-3.1-8b:gptq synthetic:llama-3.2-1b}; do
+        for n in 32 2048; do
+          tag=$(echo "${model#synthetic:}" | tr ':' '-')_$n
+          TAIL=8 run prefillprofile_$tag 120 python3 benchmarks/profile_step.py --model "$model" \
+            --prefill $n --steps 10 --out "$WORK/prefillprofile_$tag.json"
         done
       done;;
     speculation)
