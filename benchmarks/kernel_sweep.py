@@ -5,7 +5,7 @@ Each GEMV is timed over as many copies of its weight as one step reads (one per 
 weights come from HBM as in a real step rather than from L2, and the launches are captured in a
 CUDA graph and replayed, as in the graphed engine, so the host's launch cost does not hide the
 kernels' own time. Prints achieved GB/s per config beside cuBLAS (torch.nn.functional.linear,
-M=1; M=ROWS for a verify step's rows_ kinds) timed the same way, and writes JSON.
+M=1; M=--rows for the rows_ kinds) timed the same way, and writes JSON.
 
     python3 benchmarks/kernel_sweep.py --model synthetic:llama-3.1-8b --out sweep.json
 """
@@ -84,7 +84,7 @@ CANDIDATES = {
     'rms_matvec_q4cuda': [Q4Shape(c, u, 1).as_gemv() for c, u in
                           itertools.product(q4_cuda.COLUMNS, (4, 8))],
     'gate_up_q4cuda': [Q4Shape(c, 4, 1).as_gemv() for c in q4_cuda.COLUMNS],
-    # A verify step's GEMVs over ROWS rows (ops_triton.rows_*): tl.dot tiles, 16 outputs at
+    # A verify step's GEMVs over --rows rows (ops_triton.rows_*): tl.dot tiles, 16 outputs at
     # the least; tiles_ahead is their pipeline's depth less 2 (more bytes in flight a program:
     # the rows GEMVs streamed at 1.7 TB/s untuned, docs/PERF.md).
     'rows_rms_matvec': [GemvConfig(bn, bk, 1, 4, a) for bn, bk, a in
@@ -104,7 +104,7 @@ CANDIDATES = {
                           itertools.product(q4_cuda.COLUMNS, (4, 8), q4_cuda.SPLITS)],
 }
 GROUP_SIZE = 128   # the paper's GPTQ checkpoints
-ROWS = 5   # a verify step of 4 drafted tokens (the rows_ kinds)
+ROWS = 5   # the rows_ kinds' rows unless --rows: a verify step of 4 drafted tokens
 
 
 def random_weight(kind, rows, k, device, dtype):
@@ -117,16 +117,18 @@ def random_weight(kind, rows, k, device, dtype):
     return PackedLinear(codes, scales, None, GROUP_SIZE, dtype)
 
 
-def sweep_gemv(kind, n, k, copies, device, dtype, base_config: KernelConfig):
+def sweep_gemv(kind, n, k, copies, device, dtype, base_config: KernelConfig, rows_in=ROWS):
     """Time every candidate launch shape of one GEMV, each in its own kernel configuration."""
     base = kind.split('_q4')[0]
-    # The rows_ kinds run ops.rows_* over ROWS input rows (the same functions of ops_torch
+    # The rows_ kinds run ops.rows_* over rows_in input rows (the same functions of ops_torch
     # are the reference and cuBLAS's matrix products).
     prefix = 'rows_' if base.startswith('rows_') else ''
     base = base[len(prefix):]
-    lead = (ROWS,) if prefix else ()
-    # The Triton 4-bit kinds are timed with the CUDA kernels switched off.
-    base_config = replace(base_config, q4_cuda=kind.endswith('_q4cuda'))
+    lead = (rows_in,) if prefix else ()
+    # The Triton 4-bit kinds are timed with the CUDA kernels switched off; the rows kernels
+    # take all the rows (a 16-bit one past 16 only where rows_max lets it).
+    base_config = replace(base_config, q4_cuda=kind.endswith('_q4cuda'),
+                          rows_max=max(base_config.rows_max, min(rows_in, 64)))
     rows = 2 * n if base == 'gate_up' else n
     weights = [random_weight(kind, rows, k, device, dtype) for _ in range(copies)]
     x = torch.randn(*lead, k, device=device)
@@ -241,6 +243,9 @@ def main(argv=None):
                         "bf16, _q4, _q4cuda and the verify step's rows_); the others keep "
                         'their tuned shapes')
     parser.add_argument('--skip-attention', action='store_true')
+    parser.add_argument('--rows', type=int, default=ROWS,
+                        help="input rows of the rows_ kinds (a prompt's 32 or 64: the 16-bit "
+                        'ones run with rows_max raised to take them)')
     parser.add_argument('--out', required=True)
     args = parser.parse_args(argv)
     device, dtype = torch.device('cuda'), torch.bfloat16
@@ -265,7 +270,7 @@ def main(argv=None):
     for kind, n, k, copies in gemv_cases(config):
         if kinds and kind not in kinds:
             continue
-        row = sweep_gemv(kind, n, k, copies, device, dtype, base_config)
+        row = sweep_gemv(kind, n, k, copies, device, dtype, base_config, args.rows)
         report['gemv'].append(row)
         save()
         print(f'{kind:>10} {n:>6}x{k:<6} best {row["best"]["gbps"]:7.0f} GB/s '

@@ -91,11 +91,12 @@ def variants():
                      'N': 'i32', 'K': 'i32', 'eps': 'fp32'},
                     {**rows, 'HAS_NORM': norm, 'HAS_BIAS': norm, 'ACCUMULATE': acc,
                      'SPLIT_K': 1 if norm else 2}))
-    for gelu in (False, True):
+    for gelu, rows_p in ((False, 16), (True, 16), (False, 64)):   # 64: a prompt's rows
         out.append((ops_triton._rows_gate_up_kernel,
                     {**{k: GEMV[k] for k in ('W', 'X', 'Y', 'NORM')}, 'R': 'i32', 'N': 'i32',
                      'K': 'i32', 'eps': 'fp32'},
-                    {**rows, 'ROW_BLOCK': 8, 'GELU': gelu}))
+                    {**rows, 'ROWS_P': rows_p, 'BLOCK_K': 4096 // rows_p if rows_p > 32 else 128,
+                     'ROW_BLOCK': 8, 'GELU': gelu}))
     # The same over a 4-bit linear's codes (16 and 64 padded rows), and the dequantising kernel
     # a longer prompt's product reads.
     rows_q4 = {k: q4[k] for k in ('QW', 'S', 'Z', 'X', 'Y', 'NORM', 'BIAS', 'N', 'K', 'N_ALL',

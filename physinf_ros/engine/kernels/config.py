@@ -46,8 +46,15 @@ class KernelConfig:
     # of rows) where it can be built; launch shapes from tuned kinds '<kind>_q4cuda', else
     # q4_cuda.launch_shape. Off: the Triton kernel.
     q4_cuda: bool = True
+    # The most rows (a verify step's, a short prompt's) the 16-bit rows GEMVs take in one
+    # product, padded to 16, 32 or 64; more go to cuBLAS with the norms and activations as
+    # PyTorch ops. 16 until the rows kernels outrun cuBLAS at more (docs/PERF.md, issue 52).
+    rows_max: int = 16
 
     def __post_init__(self):
+        if not 16 <= self.rows_max <= 64:
+            raise ValueError(f'rows_max is 16 to 64 (the rows kernels pad to 16, 32 or 64 '
+                             f'rows), not {self.rows_max}: fix the flag')
         object.__setattr__(self, 'tuned', MappingProxyType(dict(self.tuned)))
         object.__setattr__(self, 'defaults', MappingProxyType(dict(self.defaults)))
         object.__setattr__(self, 'attention_shapes',
@@ -88,9 +95,9 @@ class KernelConfig:
         """
         Return this configuration with one switch or number set from text, for an A/B.
 
-        name is a switch (evict_first, half2, q4_cuda: value 0 or 1) or attention.FIELD (a
-        number, set for every model shape); case does not matter (EVICT_FIRST=0 as on the
-        command line).
+        name is a switch (evict_first, half2, q4_cuda: value 0 or 1), rows_max (a number) or
+        attention.FIELD (a number, set for every model shape); case does not matter
+        (EVICT_FIRST=0 as on the command line).
         """
         owner, _, field_name = name.lower().rpartition('.')
         target = self.attention if owner == 'attention' else self
@@ -101,7 +108,7 @@ class KernelConfig:
             setting = {field_name: int(value)}
         else:
             raise ValueError(f'{name} is not a kernel switch or number: choose evict_first, '
-                             'half2, q4_cuda or attention.'
+                             'half2, q4_cuda, rows_max or attention.'
                              + '|'.join(f.name for f in fields(AttentionConfig)))
         if not owner:
             return replace(self, **setting)
@@ -217,7 +224,7 @@ class KernelConfig:
                                      for (kv_heads, head_dim), shape
                                      in self.attention_shapes.items()],
                 'evict_first': self.evict_first,
-                'half2': self.half2, 'q4_cuda': self.q4_cuda}
+                'half2': self.half2, 'q4_cuda': self.q4_cuda, 'rows_max': self.rows_max}
 
 
 DEFAULT_CONFIG = KernelConfig()

@@ -16,8 +16,8 @@ step has few launches:
   embed             the token's embedding row as the float32 residual, the step's first kernel
   step_end          a sampled step's reply to the host, as greedy_head's last kernel gives it
   rows_*            the GEMVs and attention over the rows of a verify step or a short prompt
-                    (kernels/rows.py): 16-bit weights over up to ROWS_P rows, 4-bit ones over
-                    up to Q4_ROWS, each weight read once for all rows
+                    (kernels/rows.py): 16-bit weights over up to KernelConfig.rows_max rows,
+                    4-bit ones over up to Q4_ROWS, each weight read once for all rows
   dequantize        a 4-bit linear's float weight in one pass, for a longer prompt's products
 A step answers the host itself: its last kernel writes the token and the nanoseconds since embed
 stamped %globaltimer into a pinned host row, so neither a copy nor a timing event follows it.
@@ -484,7 +484,7 @@ def _rows_matvec_kernel(W, X, Y, NORM, BIAS, R, N, K, eps, HAS_NORM: tl.constexp
                         DOT: tl.constexpr, PRECISION: tl.constexpr, STREAM: tl.constexpr,
                         PDL: tl.constexpr):
     # Y[r] (+)= W @ x[r] for R rows (a verify step's) at one read of each weight tile: the
-    # tile meets every row in one tl.dot, the rows padded to ROWS_P (16, the product's least).
+    # tile meets every row in one tl.dot, the rows padded to ROWS_P (16, 32 or 64).
     cols, n_mask, k_start, k_end, r, r_mask = _rows_span(R, N, K, SPLIT_K, ROWS_P, BLOCK_N,
                                                          BLOCK_K)
     w_rows = W + cols.to(tl.int64)[:, None] * K
@@ -1198,21 +1198,28 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
     return out.view(-1)
 
 
-# Rows a verify step's GEMVs take in one product (tl.dot's least width): more rows (a prompt's)
-# go to cuBLAS, whose matrix products read each weight once for many rows.
+# The least rows a rows GEMV's product takes (tl.dot's least width): fewer are padded to it.
 ROWS_P = 16
 # Rows a 4-bit linear takes through _rows_q4_kernel, padded to 16, 32 or 64 (its codes read once
-# for all of them); more rows (a longer prompt's) dequantise it whole for cuBLAS.
+# for all of them); more rows (a longer prompt's) dequantise it whole for cuBLAS. 16-bit
+# linears take up to KernelConfig.rows_max rows the same way, more go to cuBLAS.
 Q4_ROWS = 64
 
 
-def _rows_path(x: torch.Tensor, w) -> str:
+def _rows_path(x: torch.Tensor, w, config: KernelConfig) -> str:
     # 'rows' (the 16-bit rows kernels), 'q4' (_rows_q4_kernel) or 'dense' (ops_torch's matrix
     # product on the float weight, a 4-bit one dequantised by dequantize: cuBLAS). A 4-bit
     # tile lies in one group and gives tl.dot 16 inputs or more.
     if isinstance(w, PackedLinear):
         return 'q4' if x.shape[0] <= Q4_ROWS and w.group_size % 16 == 0 else 'dense'
-    return 'rows' if x.shape[0] <= ROWS_P else 'dense'
+    return 'rows' if x.shape[0] <= config.rows_max else 'dense'
+
+
+def _rows_padded(rows: int, block_k: int) -> Tuple[int, int]:
+    # (rows padded for the product, the K tile): at most 4096 inputs of all rows together (the
+    # float32 input tile and the norm's squares: 32 registers each a thread at 4 warps).
+    rows_p = max(ROWS_P, triton.next_power_of_2(rows))
+    return rows_p, min(block_k, 4096 // rows_p)
 
 
 def dequantize(w: PackedLinear) -> torch.Tensor:
@@ -1245,10 +1252,8 @@ def _rows_q4(w: PackedLinear, x, y, norm_w, bias, eps, kind: str, config: Kernel
         n //= 2
     cfg = config.gemv(kind + '_q4', n, k)
     split_k = cfg.split_k if accumulate else 1
-    rows_p = max(ROWS_P, triton.next_power_of_2(x.shape[0]))
-    # A tile within one group, and at most 4096 inputs of all rows together (the float32 input
-    # tile and the norm's squares: 32 registers each a thread at 4 warps).
-    block_k = math.gcd(cfg.block_k, w.group_size, 4096 // rows_p)
+    rows_p, block_k = _rows_padded(x.shape[0], cfg.block_k)
+    block_k = math.gcd(block_k, w.group_size)   # a tile within one group
     dot, precision = _products(w.dtype)
     _rows_q4_kernel[(triton.cdiv(n, cfg.block_n), split_k)](
         w.codes, w.scales, w.zeros if w.zeros is not None else w.scales, x, y,
@@ -1265,7 +1270,8 @@ def _rows_launch(kind: str, w: torch.Tensor, x: torch.Tensor, config: KernelConf
     # (launch shape, the launch's common keywords) of a rows GEMV of w's shape.
     cfg = config.gemv(kind, w.shape[0], w.shape[1])
     dot, precision = _products(w.dtype)
-    return cfg, {'ROWS_P': ROWS_P, 'BLOCK_N': cfg.block_n, 'BLOCK_K': cfg.block_k,
+    rows_p, block_k = _rows_padded(x.shape[0], cfg.block_k)
+    return cfg, {'ROWS_P': rows_p, 'BLOCK_N': cfg.block_n, 'BLOCK_K': block_k,
                  'DOT': dot, 'PRECISION': precision, 'STREAM': config.stream(),
                  'num_warps': cfg.num_warps, 'num_stages': _rows_stages(cfg),
                  **_pdl(x.device)}
@@ -1280,7 +1286,7 @@ def rows_rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w, bias: Optional[tor
                     eps: float, out: Optional[torch.Tensor] = None,
                     config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
     """rms_matvec for rows x [n, K]: float32 [n, N], each weight read once for all rows."""
-    path = _rows_path(x, w)
+    path = _rows_path(x, w, config)
     if path == 'dense':
         return ops_torch.rms_matvec(x, norm_w, w, bias, eps, out, dense=dense)
     n, k = w.shape
@@ -1298,7 +1304,7 @@ def rows_rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w, bias: Optional[tor
 def rows_matvec_add(x: torch.Tensor, a: torch.Tensor, w,
                     config: KernelConfig = DEFAULT_CONFIG) -> None:
     """matvec_add for rows: x[j] += w @ a[j] in place, each weight read once for all rows."""
-    path = _rows_path(x, w)
+    path = _rows_path(x, w, config)
     if path == 'dense':
         ops_torch.matvec_add(x, a, w, dense=dense)
         return
@@ -1315,7 +1321,7 @@ def rows_matvec_add(x: torch.Tensor, a: torch.Tensor, w,
 def rows_matvec_norm_add(x: torch.Tensor, a: torch.Tensor, w, norm_w: torch.Tensor, eps: float,
                          config: KernelConfig = DEFAULT_CONFIG) -> None:
     """matvec_norm_add for rows: x[j] += rms_norm(w @ a[j]) * norm_w (Gemma 3), in place."""
-    if _rows_path(x, w) == 'dense':
+    if _rows_path(x, w, config) == 'dense':
         ops_torch.matvec_norm_add(x, a, w, norm_w, eps, dense=dense)
         return
     h = w.shape[0]
@@ -1330,7 +1336,7 @@ def rows_matvec_norm_add(x: torch.Tensor, a: torch.Tensor, w, norm_w: torch.Tens
 def rows_gate_up(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up, eps: float, gelu: bool,
                  config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
     """rms_gate_up_silu (gelu: rms_gate_up_gelu) for rows x [n, K]: float32 [n, I]."""
-    path = _rows_path(x, w_gate_up)
+    path = _rows_path(x, w_gate_up, config)
     if path == 'dense':
         op = ops_torch.rms_gate_up_gelu if gelu else ops_torch.rms_gate_up_silu
         return op(x, norm_w, w_gate_up, eps, dense=dense)

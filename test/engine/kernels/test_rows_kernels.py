@@ -71,13 +71,22 @@ def test_head_norm_over_rows_is_each_rows_head_norm(rows):
 
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize('rows', [1, 5, 16, 17])   # 17: past ROWS_P, cuBLAS's
-def test_rows_gemvs_are_the_step_ops_row_by_row(dtype, rows):
-    # Each weight tile meets every row in one product; the norm, the bias, the activation and
-    # the residual as the one-row ops apply them. Shapes that leave partial tiles everywhere.
+@pytest.mark.parametrize('rows, rows_max', [(1, 16), (5, 16), (16, 16), (17, 16), (17, 32),
+                                            (40, 64)])   # 17 past rows_max 16: cuBLAS's
+def test_rows_gemvs_are_the_step_ops_row_by_row(dtype, rows, rows_max):
+    # Each weight tile meets every row in one product (rows padded to 16, 32 or 64); the norm,
+    # the bias, the activation and the residual as the one-row ops apply them. Shapes that
+    # leave partial tiles everywhere.
     n, k, i = 72, 200, 72
     x, a = rand(rows, k), rand(rows, n)
     g, w, b = rand(k, dtype=dtype), rand(n, k, dtype=dtype) * 0.2, rand(n, dtype=dtype)
     w_gate_up = (rand(2 * i, k) * 0.1).to(dtype)
     g_out, w_down = rand(n, dtype=dtype), (rand(n, n) * 0.2).to(dtype)
-    assert_rows_gemvs_are_row_by_row(x, a, g, w, b, w_gate_up, w_down, g_out, TOL[dtype])
+    assert_rows_gemvs_are_row_by_row(x, a, g, w, b, w_gate_up, w_down, g_out, TOL[dtype],
+                                     KernelConfig(rows_max=rows_max))
+
+
+def test_rows_max_is_a_kernel_setting_within_what_the_kernels_pad_to():
+    assert KernelConfig().with_flag('ROWS_MAX', '32').rows_max == 32
+    with pytest.raises(ValueError, match='rows_max is 16 to 64'):
+        KernelConfig(rows_max=128)
