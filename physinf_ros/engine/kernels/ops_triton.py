@@ -509,7 +509,8 @@ def _rows_gate_up_kernel(W, X, Y, NORM, R, N, K, eps, ROW_BLOCK: tl.constexpr,
                          ROWS_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                          DOT: tl.constexpr, PRECISION: tl.constexpr, STREAM: tl.constexpr,
                          GELU: tl.constexpr, PDL: tl.constexpr):
-    # _gate_up_kernel over R rows, each weight tile read once for all (_rows_matvec_kernel).
+    # _gate_up_kernel over R rows, each weight tile read once for all (_rows_matvec_kernel);
+    # K is never split (the activation needs whole sums).
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = cols < N
     gate_rows, up_rows = _gate_up_rows(W, cols, K, ROW_BLOCK)
@@ -530,9 +531,8 @@ def _rows_gate_up_kernel(W, X, Y, NORM, R, N, K, eps, ROW_BLOCK: tl.constexpr,
         acc_gate += tl.dot(w_gate.to(DOT), x, input_precision=PRECISION, out_dtype=tl.float32)
         acc_up += tl.dot(w_up.to(DOT), x, input_precision=PRECISION, out_dtype=tl.float32)
     inv_rms = (1.0 / tl.sqrt(tl.sum(squares, axis=1) / K + eps))[None, :]
-    tl.store(Y + r.to(tl.int64)[None, :] * N + cols[:, None],
-             _gated(acc_gate * inv_rms, acc_up * inv_rms, GELU),
-             mask=n_mask[:, None] & r_mask[None, :])
+    _rows_store(Y, _gated(acc_gate * inv_rms, acc_up * inv_rms, GELU), Y, cols, n_mask, r,
+                r_mask, N, False, False)
 
 
 @triton.jit
@@ -1250,27 +1250,25 @@ def _rows_q4(w: PackedLinear, x, y, norm_w, bias, eps, kind: str, config: Kernel
     gate_up = kind == 'rows_gate_up'
     if gate_up:
         n //= 2
-    cfg = config.gemv(kind + '_q4', n, k)
+    cfg, launch = _rows_launch(kind + '_q4', n, k, w.dtype, x, config, w.group_size)
     split_k = cfg.split_k if accumulate else 1
-    rows_p, block_k = _rows_padded(x.shape[0], cfg.block_k)
-    block_k = math.gcd(block_k, w.group_size)   # a tile within one group
-    dot, precision = _products(w.dtype)
     _rows_q4_kernel[(triton.cdiv(n, cfg.block_n), split_k)](
         w.codes, w.scales, w.zeros if w.zeros is not None else w.scales, x, y,
         norm_w if norm_w is not None else x, bias if bias is not None else y, x.shape[0], n, k,
         w.codes.shape[1], eps, HAS_NORM=norm_w is not None, HAS_BIAS=bias is not None,
         ACCUMULATE=accumulate, GATE_UP=gate_up, GELU=gelu, HAS_ZEROS=w.zeros is not None,
-        GROUP=w.group_size, ROWS_P=rows_p, BLOCK_N=cfg.block_n, BLOCK_K=block_k,
-        SPLIT_K=split_k,
-        WDTYPE=_TL_DTYPES[w.dtype], DOT=dot, PRECISION=precision, STREAM=config.stream(),
-        num_warps=cfg.num_warps, num_stages=_rows_stages(cfg), **_pdl(x.device))
+        GROUP=w.group_size, SPLIT_K=split_k, WDTYPE=_TL_DTYPES[w.dtype], **launch)
 
 
-def _rows_launch(kind: str, w: torch.Tensor, x: torch.Tensor, config: KernelConfig) -> tuple:
-    # (launch shape, the launch's common keywords) of a rows GEMV of w's shape.
-    cfg = config.gemv(kind, w.shape[0], w.shape[1])
-    dot, precision = _products(w.dtype)
+def _rows_launch(kind: str, n: int, k: int, dtype: torch.dtype, x: torch.Tensor,
+                 config: KernelConfig, group: int = 0) -> tuple:
+    # (launch shape, the launch's common keywords) of a rows GEMV of kind, N and K for the
+    # rows x; a 4-bit one's K tile lies within one group (its size: group).
+    cfg = config.gemv(kind, n, k)
+    dot, precision = _products(dtype)
     rows_p, block_k = _rows_padded(x.shape[0], cfg.block_k)
+    if group:
+        block_k = math.gcd(block_k, group)
     return cfg, {'ROWS_P': rows_p, 'BLOCK_N': cfg.block_n, 'BLOCK_K': block_k,
                  'DOT': dot, 'PRECISION': precision, 'STREAM': config.stream(),
                  'num_warps': cfg.num_warps, 'num_stages': _rows_stages(cfg),
@@ -1294,7 +1292,7 @@ def rows_rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w, bias: Optional[tor
     if path == 'q4':
         _rows_q4(w, x, y, norm_w, bias, eps, 'rows_rms_matvec', config)
         return y
-    cfg, launch = _rows_launch('rows_rms_matvec', w, x, config)
+    cfg, launch = _rows_launch('rows_rms_matvec', n, k, w.dtype, x, config)
     _rows_matvec_kernel[(triton.cdiv(n, cfg.block_n), 1)](
         w, x, y, norm_w, bias if bias is not None else y, x.shape[0], n, k, eps, HAS_NORM=True,
         HAS_BIAS=bias is not None, ACCUMULATE=False, SPLIT_K=1, **launch)
@@ -1312,7 +1310,7 @@ def rows_matvec_add(x: torch.Tensor, a: torch.Tensor, w,
         _rows_q4(w, a, x, None, None, 0.0, 'rows_matvec_add', config, accumulate=True)
         return
     n, k = w.shape
-    cfg, launch = _rows_launch('rows_matvec_add', w, x, config)
+    cfg, launch = _rows_launch('rows_matvec_add', n, k, w.dtype, x, config)
     _rows_matvec_kernel[(triton.cdiv(n, cfg.block_n), cfg.split_k)](
         w, a, x, a, a, x.shape[0], n, k, 0.0, HAS_NORM=False, HAS_BIAS=False, ACCUMULATE=True,
         SPLIT_K=cfg.split_k, **launch)
@@ -1345,7 +1343,7 @@ def rows_gate_up(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up, eps: float, g
     if path == 'q4':
         _rows_q4(w_gate_up, x, y, norm_w, None, eps, 'rows_gate_up', config, gelu=gelu)
         return y
-    cfg, launch = _rows_launch('rows_gate_up', w_gate_up, x, config)
+    cfg, launch = _rows_launch('rows_gate_up', n2, k, w_gate_up.dtype, x, config)
     _rows_gate_up_kernel[(triton.cdiv(n2 // 2, cfg.block_n),)](
         w_gate_up, x, y, norm_w, x.shape[0], n2 // 2, k, eps,
         ROW_BLOCK=gate_up_block(n2 // 2), GELU=gelu, **launch)
