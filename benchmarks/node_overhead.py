@@ -8,6 +8,10 @@ tokens (its mean step is the engine's); then decoder_node (graphed) serves the s
 
     overhead = subscriber's mean token interval / physinf-generate's mean step - 1
 
+and the time to first token three ways: physinf-generate's (`ttft_ms`), the node's own (its
+`finished` event's `ttft_ms`) and the subscriber's (from publishing the prompt to the first
+`~/tokens` message, so with the topic's delivery both ways).
+
     python benchmarks/node_overhead.py --out node_overhead.json --work DIR
 
 Runs where rclpy is importable (the GPU machine: benchmarks/run_device.sh nodebench, with the
@@ -109,6 +113,7 @@ def subscribe(namespace: str, prompt: str, runs: int, out: Path) -> None:
     for _ in range(runs):
         for items in arrivals.values():
             items.clear()
+        sent = time.monotonic()
         prompt_pub.publish(String(data=prompt))
         spin_until(lambda: any(e['event'] in ('finished', 'rejected', 'error')
                                for e in arrivals['events']), 300)
@@ -120,6 +125,7 @@ def subscribe(namespace: str, prompt: str, runs: int, out: Path) -> None:
         times = arrivals['tokens']
         intervals = [(b - a) * 1000.0 for a, b in zip(times, times[1:])]
         records.append({'finished': finished, 'token_messages': len(times),
+                        'first_token_ms': (times[0] - sent) * 1000.0 if times else None,
                         'token_interval_ms': intervals,
                         'step_latency_ms': list(arrivals['step_latency'])})
     out.write_text(json.dumps(records))
@@ -157,7 +163,9 @@ def summarise(shape: str, prompt: str, generated: list, node_runs: list) -> dict
             'token_messages': run['token_messages'],
             'interval_mean_ms': statistics.fmean(intervals),
             'interval_p50_ms': statistics.median(intervals),
-            'step_latency_mean_ms': statistics.fmean(run['step_latency_ms'])})
+            'step_latency_mean_ms': statistics.fmean(run['step_latency_ms']),
+            'node_ttft_ms': run['finished'].get('ttft_ms'),
+            'subscriber_first_token_ms': run['first_token_ms']})
     interval_mean = statistics.fmean(r['interval_mean_ms'] for r in per_run)
     return {
         'shape': shape, 'prompt': prompt,
@@ -169,6 +177,10 @@ def summarise(shape: str, prompt: str, generated: list, node_runs: list) -> dict
         'subscriber_p50_interval_ms': statistics.median(
             ms for run in node_runs for ms in run['token_interval_ms']),
         'overhead': interval_mean / engine_mean - 1.0,
+        'engine_ttft_ms': statistics.median(run['ttft_ms'] for run in generated),
+        'node_ttft_ms': statistics.median(r['node_ttft_ms'] for r in per_run),
+        'subscriber_first_token_ms': statistics.median(r['subscriber_first_token_ms']
+                                                       for r in per_run),
         'node_runs': per_run,
     }
 
@@ -199,7 +211,10 @@ def main(argv=None) -> int:
                'definition': 'overhead = subscriber_mean_interval_ms / engine_mean_step_ms - 1; '
                              'engine step: physinf-generate step_ms (CUDA events around each '
                              'graphed step); interval: between consecutive ~/tokens arrivals '
-                             'in a subscriber process',
+                             'in a subscriber process; TTFT (medians over runs): '
+                             'engine_ttft_ms from physinf-generate, node_ttft_ms from the '
+                             'finished event, subscriber_first_token_ms from publishing the '
+                             'prompt to the first ~/tokens arrival',
                'shapes': []}
     for shape in args.shapes.split(','):
         model = write_checkpoint(shape, args.work / shape)
@@ -212,7 +227,9 @@ def main(argv=None) -> int:
         print(f'{shape}: engine {row["engine_mean_step_ms"]:.4f} ms, node step_latency '
               f'{row["node_mean_step_latency_ms"]:.4f} ms, subscriber interval mean '
               f'{row["subscriber_mean_interval_ms"]:.4f} ms (p50 '
-              f'{row["subscriber_p50_interval_ms"]:.4f}), overhead {row["overhead"]:+.2%}',
+              f'{row["subscriber_p50_interval_ms"]:.4f}), overhead {row["overhead"]:+.2%}; '
+              f'TTFT engine {row["engine_ttft_ms"]:.2f} ms, node {row["node_ttft_ms"]:.2f} ms, '
+              f'subscriber {row["subscriber_first_token_ms"]:.2f} ms',
               flush=True)
     return 0
 

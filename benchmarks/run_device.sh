@@ -39,8 +39,9 @@
 #   nodetests  the node integration tests (decoder, lifecycle, benchmark node, reliability, service
 #              bursts, one decoder per name; the Generate action's skip where its interface package
 #              is not built) with real rclpy on CUDA (auto: graphed), the embedded model, the ROS venv
-#   nodebench  benchmarks/node_overhead.py: decoder_node's token interval as a subscriber in
-#              another process sees it, against physinf-generate's step, 8B and 135M shapes
+#   nodebench  benchmarks/node_overhead.py: decoder_node's token interval and TTFT as a
+#              subscriber in another process sees them, against physinf-generate's, on the 8B
+#              and 135M shapes (NODE_SHAPES picks some)
 #   protocol   physinf-bench on the synthetic Llama-3.1-8B: hf, hf-graphed, eager, graphed at ctx
 #              2048 and 16384, 5 fresh sessions (docs/BENCHMARK.md's protocol table)
 #   paired     the protocol (graphed) on this tree and on a base that differs only in its
@@ -272,7 +273,8 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
         test/nodes/test_generate_action.py;;
     nodebench)
       TAIL=8 run node_overhead "${BENCH_LIMIT:-560}" $ROSVENV/bin/python benchmarks/node_overhead.py \
-        --out "$WORK/node_overhead.json" --work "$STASH/node_overhead";;
+        --out "$WORK/node_overhead.json" --work "$STASH/node_overhead" \
+        ${NODE_SHAPES:+--shapes "$NODE_SHAPES"};;
     protocol)
       TAIL=10 run protocol "${BENCH_LIMIT:-240}" python3 -m physinf_ros.bench.cli \
         --model synthetic:llama-3.1-8b --modes hf,hf-graphed,eager,graphed \
