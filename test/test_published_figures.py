@@ -582,3 +582,27 @@ def test_constrained_tables_are_their_files(heading, shape, machine):
     for value, key in zip(shown, keys):
         assert_rounds_to(value, cell[key], f'{file.name} {key}')
     assert ('H100' if machine == 'H100' else 'H200') in cell['device']
+
+
+FAMILY_ROWS = [('Llama-3.2-1B', 'llama-3.2-1b'), ('Llama-3.2-3B', 'llama-3.2-3b'),
+               ('Llama-3.1-8B', 'llama-3.1-8b'), ('Qwen3-0.6B', 'qwen3-0.6b'),
+               ('Qwen3-1.7B', 'qwen3-1.7b'), ('Qwen3-4B', 'qwen3-4b'), ('Qwen3-8B', 'qwen3-8b'),
+               ('SmolLM3-3B', 'smollm3-3b'), ('Phi-4-mini', 'phi-4-mini'),
+               ('Gemma-3-270M', 'gemma-3-270m'), ('Gemma-3-1B', 'gemma-3-1b'),
+               ('Gemma-3-4B', 'gemma-3-4b')]
+
+
+@pytest.mark.parametrize('label, shape', FAMILY_ROWS)
+def test_readme_family_rows_are_their_files(label, shape):
+    results = ROOT / 'benchmarks' / 'results' / 'h100'
+    files = {'bf16': results / 'families' / f'family_{shape}_bf16.json',
+             'gptq': results / 'families' / f'family_{shape}_gptq.json'}
+    if shape == 'llama-3.1-8b':   # its 4-bit step: the plain step of the verify run
+        files['gptq'] = results / 'speculation' / 'verify_llama-3.1-8b-gptq.json'
+    cells = row(README, label, after='| shape | bf16 step (R_floor) |')
+    for cell, (quant, file) in zip(cells, files.items()):
+        found = [c for c in load(file)['cells'] if (c['mode'], c['ctx']) == ('graphed', 2048)]
+        assert len(found) == 1 and 'H100' in found[0]['device'], file
+        step_ms, ratio = numbers(cell)
+        assert_rounds_to(step_ms, found[0]['step_ms_p50'], f'{shape} {quant} step')
+        assert_rounds_to(ratio, found[0]['R_floor'], f'{shape} {quant} R_floor')
