@@ -323,6 +323,33 @@ def test_the_decoder_keeps_the_kernel_configuration_it_was_given(tmp_path):
     assert default.decoder.ops.config == KernelConfig.for_device(cuda)
 
 
+@pytest.mark.parametrize('weights', ['bf16', '4-bit'])
+def test_short_prompts_pay_no_graph_capture(tmp_path, weights):
+    # Every row count's prefill graph is captured while the decoder loads (up to its context):
+    # captured at a row count's first use, it cost that request 0.26-0.58 s of TTFT
+    # (benchmarks/results/h100/node_overhead.json).
+    model = save_tiny('llama-3.1-8b', tmp_path) if weights == 'bf16' \
+        else save_tiny_gptq('llama-3.1-8b', tmp_path)[0]
+    decoder = load(str(model), backend='graphed', device='cuda', max_context=96).decoder
+    prefills = {key for key in decoder._graphs if isinstance(key, tuple) and key[0] == 'prefill'}
+    assert prefills == {('prefill', 16), ('prefill', 32), ('prefill', 64)}
+    captured = len(decoder._graphs)
+    # The warm-up's keys at positions 0.. are overwritten: the captured prompts give the logits
+    # that the same kernels give uncaptured (an eager decoder over the same rows), a 40-token
+    # prompt (64 rows) and a follow-up that keeps it and adds 3 tokens (16 rows).
+    eager = load(str(model), backend='eager', device='cuda', max_context=96).decoder
+    eager.prefill_rows = decoder.prefill_rows
+    prompt = torch.randint(3, 512, (40,), generator=torch.Generator().manual_seed(2)).tolist()
+    ids = prompt
+    for _ in range(2):
+        first = decoder.prefill(ids, Sampling())
+        eager.prefill(ids, Sampling())
+        assert rel(decoder.last_logits().float(), eager.last_logits().float()) < 1e-3
+        assert decoder.cached_tokens == eager.cached_tokens
+        ids = prompt + [first, 7, 9]
+    assert decoder.cached_tokens == len(prompt) and len(decoder._graphs) == captured
+
+
 # The families of issue 53 (Qwen3, SmolLM3, Phi-3, Gemma 3): the same criterion on their tiny
 # checkpoints (tiny_models.FAMILY_CASES: q/k norms, a layer without RoPE, partial rotary with
 # longrope, sliding and global layers), then at long prompts, then at the published shapes.

@@ -146,7 +146,11 @@ class NativeDecoder:
         # (RowOps), captured per row count where graphed: a prefill then costs its weight
         # reads, not hundreds of launches from the host.
         self.prefill_rows = PREFILL_ROWS if self.graphed else ()
-        self._rows_prefill: Optional[Dict[str, torch.Tensor]] = None
+        most = max(PREFILL_ROWS)
+        self._rows_prefill = {
+            # [ids of the rows..., start, last row], in one copy from the host
+            'args': torch.zeros(most + 2, dtype=torch.long, device=device),
+            'host': torch.zeros(most + 2, dtype=torch.long, pin_memory=device.type == 'cuda')}
         # Position offsets 0, 1, ... of a forward's rows (a verify step's, a prefill's).
         self._row_offsets = torch.arange(max(MAX_DRAFT + 1, *PREFILL_ROWS), dtype=torch.int32,
                                          device=device)
@@ -216,12 +220,20 @@ class NativeDecoder:
         self.pos.add_(1)
 
     def _warm_up(self) -> None:
-        # Compile the kernels (and capture the greedy graph) now rather than in the first reply.
+        # Compile the kernels and capture the greedy step's graph and every short prompt's now
+        # rather than in the first replies: a capture costs a quarter to half a second, which
+        # a request would otherwise pay as TTFT at each row count's first use (PERF.md, time
+        # to first token). The captures fill cache positions 0.. with the keys of token 0,
+        # which no held prefix claims.
         if not self.graphed:
             self._body(greedy=True)
             return
         try:
             self._graph(greedy=True)
+            if self.family.REUSES_PREFIX:   # else prompts never go over rows (prefill)
+                for rows in self.prefill_rows:
+                    if rows <= self.info.max_context:
+                        self._prefill_graph(rows)
         except torch.cuda.OutOfMemoryError as exc:
             self._graphs.clear()
             self._pool = None
@@ -321,22 +333,18 @@ class NativeDecoder:
     def _prefill_rows(self, new: List[int], start: int, rows: int) -> None:
         # The prompt's new tokens padded to rows, at positions start..: the padding's keys and
         # values land past the prompt, where the reply's steps overwrite them before any read.
-        if self._rows_prefill is None:
-            most = max(PREFILL_ROWS)
-            self._rows_prefill = {
-                # [ids of the rows..., start, last row], in one copy from the host
-                'args': torch.zeros(most + 2, dtype=torch.long, device=self.device),
-                'host': torch.zeros(most + 2, dtype=torch.long,
-                                    pin_memory=self.device.type == 'cuda')}
         p = self._rows_prefill
         # The last prefill's copy out of host is done: its logits were read on the host.
         p['host'][:rows + 2] = torch.tensor(new + [0] * (rows - len(new)) + [start, len(new) - 1])
         p['args'][:rows + 2].copy_(p['host'][:rows + 2], non_blocking=True)
         if self.graphed:
-            self._captured(('prefill', rows), lambda: self._prefill_rows_body(rows),
-                           f'{rows}-row prefill').replay()
+            self._prefill_graph(rows).replay()
         else:
             self._prefill_rows_body(rows)
+
+    def _prefill_graph(self, rows: int) -> torch.cuda.CUDAGraph:
+        return self._captured(('prefill', rows), lambda: self._prefill_rows_body(rows),
+                              f'{rows}-row prefill')
 
     @torch.inference_mode()
     def _prefill_rows_body(self, rows: int) -> None:
