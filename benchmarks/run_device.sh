@@ -5,6 +5,12 @@
 #   tests      the GPU-marked tests and the kernel tests, natively on the GPU; EXTRA_TESTS adds
 #              test files (EXTRA_TESTS="test/engine/kernels/test_q4.py test/engine/test_faults.py"),
 #              PYTEST_K selects by name
+#   gputests   every GPU test a commit is checked by that needs no embedded model: the kernels
+#              (16-bit, 4-bit, rows, families, CUDA), the engine and the benchmark's, natively
+#              (about 7 minutes on an H100); embeddedtests, once the embedded model's parts have
+#              all come, the rest (the embedded model, KV reuse, speculation, constrained
+#              replies, faults, sampling). test_exllamav2.py and test_stacks_gpu.py need the
+#              exl2build and stacks stages' packages and run on their own (stacktests).
 #   sweep      kernel launch-shape sweep on the 8B shapes (benchmarks/kernel_sweep.py)
 #   compare    issue 3's comparison: hf, hf-graphed, eager, graphed at 2048/8192/16384
 #   profile    one graphed step of each of PROFILE_MODELS (default the synthetic 8B) at each of
@@ -162,6 +168,21 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton._
       TAIL=40 run tests "${TESTS_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider -rs -s \
         ${PYTEST_K:+-k "$PYTEST_K"} test/engine/kernels/test_kernels.py test/engine/test_gpu_engine.py \
         ${EXTRA_TESTS:-};;
+    gputests)
+      TAIL=20 run gputests "${TESTS_LIMIT:-540}" python3 -m pytest -q -p no:cacheprovider -rs -s \
+        -k 'not embedded and not graphed_and_eager and not overlapped_loop and not each_graphed_step' \
+        test/engine/kernels/test_kernels.py test/engine/test_gpu_engine.py \
+        test/engine/kernels/test_family_kernels.py test/engine/kernels/test_rows_kernels.py \
+        test/engine/kernels/test_q4.py test/engine/kernels/test_q4_cuda.py \
+        test/engine/kernels/test_attention_cuda.py test/bench/test_bench_attention.py \
+        test/bench/test_bench_cli.py;;
+    embeddedtests)
+      TAIL=20 run embeddedtests_engine "${TESTS_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider \
+        -rs -s -k 'embedded or graphed_and_eager or overlapped_loop or each_graphed_step' \
+        test/engine/test_gpu_engine.py
+      TAIL=20 run embeddedtests "${TESTS_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider -rs -s \
+        test/structured/test_constrained_gpu.py test/engine/decoders/test_kv_reuse_gpu.py \
+        test/engine/test_speculative_gpu.py test/engine/test_faults.py test/engine/test_sampling.py;;
     sweep)
       run sweep 240 python3 benchmarks/kernel_sweep.py --out "$WORK/kernel_sweep.json";;
     compare)
