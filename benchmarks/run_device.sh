@@ -133,6 +133,9 @@ ROSVENV=/tmp/rosvenv
 export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-$(( 100 + RANDOM % 100 ))}
 export ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
 
+# test_gpu_engine.py's tests that need the embedded model (embeddedtests runs them; gputests the rest)
+EMBEDDED_K='embedded or graphed_and_eager or overlapped_loop or each_graphed_step'
+
 run() {  # run NAME TIMEOUT CMD...: log to $WORK/NAME.log, never stop the other stages
   local name=$1 limit=$2; shift 2
   echo "=== $name: $*"
@@ -142,11 +145,15 @@ run() {  # run NAME TIMEOUT CMD...: log to $WORK/NAME.log, never stop the other 
   tail -n "${TAIL:-12}" "$WORK/$name.log"
 }
 
+model_tag() {  # model_tag MODEL: a model spec as a file-name part (synthetic:a:gptq -> a-gptq)
+  echo "${1#synthetic:}" | tr ':' '-'
+}
+
 sweep_into_config() {  # sweep_into_config STAGE MODEL KINDS: kernel_sweep.py's best shape of
   # each of MODEL's GEMVs of KINDS, appended to this machine's config/kernels.yaml (the H200
   # entry is the file's last) for the stages after it, and stashed for a later call's rowstuned
   local tag
-  tag=$(echo "${2#synthetic:}" | tr ':' '-')
+  tag=$(model_tag "$2")
   TAIL=8 run "$1_$tag" "${SWEEP_LIMIT:-300}" python3 benchmarks/kernel_sweep.py \
     --model "$2" --skip-attention --kinds "$3" --out "$WORK/$1_$tag.json"
   python3 -c 'import json, sys
@@ -170,16 +177,14 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton._
         ${EXTRA_TESTS:-};;
     gputests)
       TAIL=20 run gputests "${TESTS_LIMIT:-540}" python3 -m pytest -q -p no:cacheprovider -rs -s \
-        -k 'not embedded and not graphed_and_eager and not overlapped_loop and not each_graphed_step' \
-        test/engine/kernels/test_kernels.py test/engine/test_gpu_engine.py \
+        -k "not ($EMBEDDED_K)" test/engine/kernels/test_kernels.py test/engine/test_gpu_engine.py \
         test/engine/kernels/test_family_kernels.py test/engine/kernels/test_rows_kernels.py \
         test/engine/kernels/test_q4.py test/engine/kernels/test_q4_cuda.py \
         test/engine/kernels/test_attention_cuda.py test/bench/test_bench_attention.py \
         test/bench/test_bench_cli.py;;
     embeddedtests)
       TAIL=20 run embeddedtests_engine "${TESTS_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider \
-        -rs -s -k 'embedded or graphed_and_eager or overlapped_loop or each_graphed_step' \
-        test/engine/test_gpu_engine.py
+        -rs -s -k "$EMBEDDED_K" test/engine/test_gpu_engine.py
       TAIL=20 run embeddedtests "${TESTS_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider -rs -s \
         test/structured/test_constrained_gpu.py test/engine/decoders/test_kv_reuse_gpu.py \
         test/engine/test_speculative_gpu.py test/engine/test_faults.py test/engine/test_sampling.py;;
@@ -194,7 +199,7 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton._
 t = detect(torch.device("cuda")); print("" if t.measured else t.key)' 2>/dev/null)
       for model in ${PROFILE_MODELS:-synthetic:llama-3.1-8b}; do
         for ctx in ${PROFILE_CONTEXTS:-2048 16384}; do
-          tag=$(echo "${model#synthetic:}" | tr ':' '-')_$ctx
+          tag=$(model_tag "$model")_$ctx
           run profile_$tag 120 python3 benchmarks/profile_step.py --model "$model" --ctx "$ctx" \
             --out "$WORK/profile_$tag.json"
           TAIL=2 run ncu_$tag 200 ncu --profile-from-start off --clock-control none --page raw \
@@ -213,7 +218,7 @@ dram__bytes_write.sum,launch__grid_size,launch__registers_per_thread \
       done;;
     sections)
       model=${NCU_MODEL:-synthetic:llama-3.1-8b:gptq}
-      tag=$(echo "${model#synthetic:}" | tr ':' '-')${NCU_TREE:+_$(basename "$NCU_TREE")}
+      tag=$(model_tag "$model")${NCU_TREE:+_$(basename "$NCU_TREE")}
       flags=(); for flag in ${NCU_FLAGS:-}; do flags+=(--kernel-flag "$flag"); done
       # Cycles per issued instruction spent in each stall reason (the sections name only the top).
       stalls=$(printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' barrier \
@@ -310,7 +315,7 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
         for arm in $arms; do
           dir=$PWD; [ $arm = base ] && dir=$base
           for model in ${PAIRED_MODELS:-synthetic:llama-3.1-8b:gptq}; do
-            tag=${arm}${round}_$(echo "${model#synthetic:}" | tr ':' '-')
+            tag=${arm}${round}_$(model_tag "$model")
             (cd "$dir" && export PYTHONPATH=$dir:/tmp/site && TAIL=1 run paired_$tag 200 \
               python3 -m physinf_ros.bench.cli --model "$model" --modes graphed \
               --contexts "${PAIRED_CONTEXTS:-2048,16384}" --sessions 3 \
@@ -369,7 +374,7 @@ print(" ".join(k for k in yaml.safe_load(open(config_path("models.yaml")))
       done;;
     ttft)
       for model in ${TTFT_MODELS:-synthetic:llama-3.2-1b synthetic:llama-3.1-8b synthetic:llama-3.1-8b:gptq}; do
-        tag=$(echo "${model#synthetic:}" | tr ':' '-')
+        tag=$(model_tag "$model")
         TAIL=14 run ttft_$tag "${BENCH_LIMIT:-200}" python3 -m physinf_ros.bench.cli \
           --model "$model" --backend graphed --ttft "${TTFT_HISTORIES:-0,512,2048,16384}" \
           --out "$WORK/ttft_$tag.json"
@@ -390,7 +395,7 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
     specprofile)
       for model in ${SPEC_PROFILE_MODELS:-synthetic:llama-3.1-8b synthetic:llama-3.2-1b}; do
         for k in 0 4; do
-          tag=$(echo "${model#synthetic:}" | tr ':' '-')_k$k
+          tag=$(model_tag "$model")_k$k
           TAIL=8 run specprofile_$tag 120 python3 benchmarks/profile_step.py --model "$model" \
             --ctx 2048 --verify-k $k --out "$WORK/specprofile_$tag.json"
         done
@@ -399,7 +404,7 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
       # Where a cold prefill's time goes (issue 52): kernels by kind at 32 and 2048 tokens.
       for model in ${PREFILL_PROFILE_MODELS:-synthetic:llama-3.1-8b synthetic:llama-3.1-8b:gptq synthetic:llama-3.2-1b}; do
         for n in 32 2048; do
-          tag=$(echo "${model#synthetic:}" | tr ':' '-')_$n
+          tag=$(model_tag "$model")_$n
           TAIL=8 run prefillprofile_$tag 120 python3 benchmarks/profile_step.py --model "$model" \
             --prefill $n --steps 10 --out "$WORK/prefillprofile_$tag.json"
         done
@@ -407,7 +412,7 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
     speculation)
       verify=(--modes graphed --sessions 3 --verify-k 1,2,4,8)
       for model in synthetic:llama-3.1-8b synthetic:llama-3.1-8b:gptq synthetic:llama-3.2-1b; do
-        tag=$(echo "${model#synthetic:}" | tr ':' '-')
+        tag=$(model_tag "$model")
         TAIL=8 run verify_$tag "${VERIFY_LIMIT:-50}" python3 -m physinf_ros.bench.cli \
           --model "$model" --contexts 2048 "${verify[@]}" --out "$WORK/verify_$tag.json"
       done

@@ -230,10 +230,9 @@ class NativeDecoder:
             return
         try:
             self._graph(greedy=True)
-            if self.family.REUSES_PREFIX:   # else prompts never go over rows (prefill)
-                for rows in self.prefill_rows:
-                    if rows <= self.info.max_context:
-                        self._prefill_graph(rows)
+            for rows in self.prefill_rows:
+                if self._rows_fit(0, rows):
+                    self._prefill_graph(rows)
         except torch.cuda.OutOfMemoryError as exc:
             self._graphs.clear()
             self._pool = None
@@ -308,10 +307,7 @@ class NativeDecoder:
         self._started = False
         new = list(token_ids[keep:])
         rows = next((rows for rows in self.prefill_rows if len(new) <= rows), 0)
-        # Rows take each position's keys as a step would, which is what a family that reuses
-        # prefixes computes in a prompt too (Phi-3's longrope does not: its table follows the
-        # prompt's whole length).
-        if rows and self.family.REUSES_PREFIX and keep + rows <= self.info.max_context:
+        if rows and self._rows_fit(keep, rows):
             self._prefill_rows(new, keep, rows)
         else:
             ids = torch.tensor(new, dtype=torch.long, device=self.device)
@@ -329,6 +325,13 @@ class NativeDecoder:
         self._held, self._feeds = list(token_ids), int(first)
         self.cached_tokens = keep
         return int(first)
+
+    def _rows_fit(self, start: int, rows: int) -> bool:
+        # Whether a prompt's rows padded to rows, from position start, can run over rows. Rows
+        # take each position's keys as a step would, which is what a family that reuses
+        # prefixes computes in a prompt too (Phi-3's longrope does not: its table follows the
+        # prompt's whole length); the padding's positions must lie in the cache.
+        return self.family.REUSES_PREFIX and start + rows <= self.info.max_context
 
     def _prefill_rows(self, new: List[int], start: int, rows: int) -> None:
         # The prompt's new tokens padded to rows, at positions start..: the padding's keys and
