@@ -1,5 +1,6 @@
 """decoder_node serving each family of issue 53 on our engine, with a real tokenizer."""
 
+import json
 import os
 import shutil
 
@@ -15,9 +16,12 @@ FAMILIES = ('qwen3', 'smollm3', 'phi3', 'gemma3')
 def tiny_with_tokenizer(name, folder):
     """Write a tiny random checkpoint of the family with the embedded model's tokenizer."""
     arch, tie, sizes = FAMILY_CASES[name]
-    save_tiny(arch, folder, tie=tie,
-              sizes={**sizes, 'vocab_size': 49152, 'bos_token_id': 1, 'eos_token_id': 2})
     embedded = resolve('embedded').path
+    # The tokenizer's ids: vocabulary size and special tokens come from the embedded model.
+    own = json.loads((embedded / 'config.json').read_text())
+    save_tiny(arch, folder, tie=tie,
+              sizes={**sizes, **{k: own[k] for k in ('vocab_size', 'bos_token_id',
+                                                      'eos_token_id')}})
     for file in os.listdir(embedded):
         if file.startswith(('tokenizer', 'chat_template')):
             shutil.copy(embedded / file, folder / file)
