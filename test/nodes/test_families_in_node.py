@@ -19,9 +19,8 @@ def tiny_with_tokenizer(name, folder):
     embedded = resolve('embedded').path
     # The tokenizer's ids: vocabulary size and special tokens come from the embedded model.
     own = json.loads((embedded / 'config.json').read_text())
-    save_tiny(arch, folder, tie=tie,
-              sizes={**sizes, **{k: own[k] for k in ('vocab_size', 'bos_token_id',
-                                                      'eos_token_id')}})
+    ids = {k: own[k] for k in ('vocab_size', 'bos_token_id', 'eos_token_id')}
+    save_tiny(arch, folder, tie=tie, sizes={**sizes, **ids})
     for file in os.listdir(embedded):
         if file.startswith(('tokenizer', 'chat_template')):
             shutil.copy(embedded / file, folder / file)
