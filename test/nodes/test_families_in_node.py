@@ -43,7 +43,7 @@ def test_each_family_streams_a_reply_from_our_engine(served):
     request_id = harness.send('Where is the kitchen?')
     finished = harness.wait_end(request_id)
     assert finished['event'] == 'finished', (name, finished)
-    assert len(probe.since(mark, 'step_latency')) == finished['steps'] > 0
+    assert len(harness.step_latencies(mark, finished['steps'])) == finished['steps'] > 0
     harness.wait_for(lambda: probe.since(mark, 'response'), 10, 'the response')
     response, = probe.since(mark, 'response')
     assert ''.join(probe.since(mark, 'tokens')) == response

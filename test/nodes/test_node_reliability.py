@@ -491,8 +491,7 @@ def test_soak_of_200_back_to_back_requests(harness, figures):
         mark = probe.mark()
         sent = time.monotonic()
         finished = serve(harness, f'Name a colour of the rainbow ({i % 10}).')
-        harness.wait_for(lambda: len(probe.since(mark, 'step_latency')) >= finished['steps'],
-                         30, 'the step latencies')
+        harness.step_latencies(mark, finished['steps'], timeout=30)
         first_token = probe.since_timed(mark, 'tokens')
         rows.append({'ttft_ms': finished['ttft_ms'],
                      'first_token_ms': (first_token[0][0] - sent) * 1000 if first_token

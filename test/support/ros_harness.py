@@ -205,6 +205,17 @@ class Harness:
                           if e['event'] in ('finished', 'rejected', 'error')), None),
             timeout, f'request {request_id} to end')
 
+    def step_latencies(self, mark, steps, timeout=10.0):
+        """
+        Return the ~/step_latency values since mark, once at least steps of them have arrived.
+
+        Topics are not ordered with each other: the finished event can land before the last
+        step's latency, so a test that counts them waits for the count it expects.
+        """
+        self.wait_for(lambda: len(self.probe.since(mark, 'step_latency')) >= steps, timeout,
+                      f'{steps} step latencies')
+        return self.probe.since(mark, 'step_latency')
+
     def call(self, client, request, timeout=10.0):
         future = client.call_async(request)
         self.wait_for(future.done, timeout, f'{client.srv_name}')
