@@ -54,19 +54,22 @@ def variants():
             # Each of half2 and float32 sums runs with and without asymmetric zeros.
             out.append((ops_triton._q4_gemv_kernel, q4,
                         {'HAS_NORM': norm, 'HAS_BIAS': norm and not gate_up, 'ACCUMULATE': acc,
-                         'GATE_UP': gate_up, 'HAS_ZEROS': gate_up or not even, 'GROUP': 128,
+                         'GATE_UP': gate_up, 'GELU': gate_up and not even,   # Gemma 3's
+                         'HAS_ZEROS': gate_up or not even, 'GROUP': 128,
                          'BLOCK_N': 32, 'BLOCK_R': 32, 'SPLIT_K': split, 'EVEN': even,
                          'WDTYPE': tl.bfloat16, 'HALF2': even or gate_up,
                          'STREAM': 'evict_first', 'PDL': True}))
     attention = {'D': 128, 'GROUP_P': 16, 'BLOCK_T': 64, 'SPLITS': 32, 'MIN_CHUNK': 128,
                  'PDL': True}
-    for dim in (128, 256):   # Gemma 3's head size 256 too
+    # Llama's split; Qwen3's with its bf16 head norms; Gemma 3's, float32 norms at head size 256.
+    for dim, norm, head_norm in ((128, BF, False), (128, BF, True), (256, F32, True)):
         out.append((ops_triton._attn_split_kernel,
                     {'QKV': F32, 'KC': BF, 'VC': BF, 'POS': '*i32', 'MAXS': F32, 'SUMS': F32,
-                     'ACCS': F32, 'COS': F32, 'SIN': F32, 'max_context': 'i32',
-                     'scale': 'fp32', 'window': 'i32', 'group': 'i32', 'num_heads': 'i32',
-                     'kv_heads': 'i32'},
-                    {**attention, 'D': dim, 'DOT': tl.bfloat16, 'PRECISION': 'tf32'}))
+                     'ACCS': F32, 'COS': F32, 'SIN': F32, 'QN': norm, 'KN': norm,
+                     'max_context': 'i32', 'scale': 'fp32', 'norm_eps': 'fp32',
+                     'window': 'i32', 'group': 'i32', 'num_heads': 'i32', 'kv_heads': 'i32'},
+                    {**attention, 'D': dim, 'DOT': tl.bfloat16, 'PRECISION': 'tf32',
+                     'HEAD_NORM': head_norm}))
     # Gemma 3's norm of a sublayer's output added to the residual (hidden 2560, the 4B's).
     out.append((ops_triton._norm_add_kernel, {'X': F32, 'Y': F32, 'NORM': F32, 'H': 'i32',
                                               'eps': 'fp32'},

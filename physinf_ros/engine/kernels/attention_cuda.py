@@ -15,6 +15,7 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from .cuda_library import Libraries, Library
+from .ops_torch import HeadNorms
 from ..device import device_index
 
 SOURCE = Path(__file__).with_name('attention_split.cu')
@@ -26,10 +27,10 @@ STAGES = (2, 3)           # key tiles in flight a warp it builds (AttentionConfi
 def _declare(handle: ctypes.CDLL) -> None:
     fn = handle.physinf_attn_split
     fn.restype = ctypes.c_int
-    # (head_dim, bf16; 9 pointers; max_context; scale; group, group_p, num_heads, kv_heads,
-    # splits, min_chunk, stages, pdl; stream), as physinf_attn_split declares them.
-    fn.argtypes = ([ctypes.c_int] * 2 + [ctypes.c_void_p] * 9 + [ctypes.c_int, ctypes.c_float]
-                   + [ctypes.c_int] * 8 + [ctypes.c_void_p])
+    # (head_dim, bf16; 11 pointers; max_context; scale, norm_eps; group, group_p, num_heads,
+    # kv_heads, splits, min_chunk, stages, pdl; stream), as physinf_attn_split declares them.
+    fn.argtypes = ([ctypes.c_int] * 2 + [ctypes.c_void_p] * 11 + [ctypes.c_int]
+                   + [ctypes.c_float] * 2 + [ctypes.c_int] * 8 + [ctypes.c_void_p])
     handle.physinf_attn_error.restype = ctypes.c_char_p
     handle.physinf_attn_error.argtypes = [ctypes.c_int]
     for name in ('physinf_attn_shared_bytes', 'physinf_attn_shared_limit'):
@@ -42,16 +43,22 @@ LIBRARIES = Libraries(lambda capability: Library(SOURCE, capability, _declare))
 
 
 def supported(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-              k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int) -> bool:
+              k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int,
+              head_norms: Optional[HeadNorms] = None) -> bool:
     """
     Say whether attention_split.cu takes this attention.
 
     A float16 or bfloat16 cache of head size 64 or 128, at most MAX_GROUP query heads a kv
     head, float32 qkv and RoPE tables, an int32 pos, and contiguous tensors, the caches on 16
-    bytes (its 16-byte copies of cache rows).
+    bytes (its 16-byte copies of cache rows); head norms in the cache's dtype (it reads them
+    so: Gemma 3's float32 norms take the Triton kernel).
     """
     kv_heads, _, dim = k_cache.shape
     caches = (k_cache, v_cache)
+    if head_norms is not None and not all(
+            norm.dtype == k_cache.dtype and norm.is_contiguous() and norm.shape == (dim,)
+            for norm in head_norms[:2]):
+        return False
     return (k_cache.dtype in (torch.float16, torch.bfloat16) and v_cache.dtype == k_cache.dtype
             and dim in HEAD_DIMS and num_heads % kv_heads == 0
             and num_heads // kv_heads <= MAX_GROUP and qkv.dtype == torch.float32
@@ -92,21 +99,25 @@ def oversize(device: torch.device, head_dim: int, stages: int) -> str:
 def split(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
           k_cache: torch.Tensor, v_cache: torch.Tensor, maxs: torch.Tensor, sums: torch.Tensor,
           accs: torch.Tensor, num_heads: int, group_p: int, splits: int,
-          min_chunk: int, stages: int, scale: Optional[float] = None) -> None:
+          min_chunk: int, stages: int, scale: Optional[float] = None,
+          head_norms: Optional[HeadNorms] = None) -> None:
     """
     Launch the split kernel: the contract of ops_triton._attn_split_kernel.
 
     Rotates q and this token's k at pos, stores k and v at pos, and writes each split's partial
     (maxs, sums, accs in rows of group_p a split) for ops_triton._attn_reduce_kernel; stages (one
     of STAGES) key tiles are in flight per warp; scores are scaled by scale (1 / sqrt(D) unless
-    given).
+    given); head_norms (q_norm, k_norm, eps) RMS-norm the q and k heads first.
     """
     lib = LIBRARIES.get(qkv.device)
     kv_heads, max_context, dim = k_cache.shape
+    q_norm, k_norm, norm_eps = head_norms if head_norms is not None else (None, None, 0.0)
     code = lib.handle.physinf_attn_split(
         dim, int(k_cache.dtype == torch.bfloat16), qkv.data_ptr(), k_cache.data_ptr(),
-        v_cache.data_ptr(), pos.data_ptr(), cos.data_ptr(), sin.data_ptr(), maxs.data_ptr(),
-        sums.data_ptr(), accs.data_ptr(), max_context, dim ** -0.5 if scale is None else scale,
+        v_cache.data_ptr(), pos.data_ptr(), cos.data_ptr(), sin.data_ptr(),
+        None if q_norm is None else q_norm.data_ptr(),
+        None if k_norm is None else k_norm.data_ptr(), maxs.data_ptr(), sums.data_ptr(),
+        accs.data_ptr(), max_context, dim ** -0.5 if scale is None else scale, norm_eps,
         num_heads // kv_heads,
         group_p, num_heads, kv_heads, splits, min_chunk, stages, int(lib.pdl),
         torch.cuda.current_stream(qkv.device).cuda_stream)

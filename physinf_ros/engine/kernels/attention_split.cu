@@ -104,6 +104,9 @@ struct Shared {
   T k_new[D], v_new[D];
   float cos_pos[D / 2], sin_pos[D / 2];   // RoPE's tables at pos
   float warp_m[WARPS][MAX_GROUP], warp_l[WARPS][MAX_GROUP];
+  // With head norms: each warp's sums of squares of its share of each query head, then of the
+  // key (the last column).
+  float head_squares[WARPS][MAX_GROUP * D / THREADS + 1];
   // A warp's accumulators after its loop, in its ring's first slot of keys (no other warp's).
   __device__ float (*warp_acc(int warp))[D] {
     return reinterpret_cast<float (*)[D]>(&k[0][warp][0][0]);
@@ -126,9 +129,10 @@ template <int D, typename T, int STAGES>
 __global__ void __launch_bounds__(THREADS, 2)
 split_kernel(const float* __restrict__ qkv, T* __restrict__ k_cache, T* __restrict__ v_cache,
              const int* __restrict__ pos_ptr, const float* __restrict__ cos,
-             const float* __restrict__ sin, float* __restrict__ maxs, float* __restrict__ sums,
-             float* __restrict__ accs, int max_context, float scale, int group, int group_p,
-             int num_heads, int kv_heads, int splits, int min_chunk, int pdl) {
+             const float* __restrict__ sin, const T* __restrict__ q_norm,
+             const T* __restrict__ k_norm, float* __restrict__ maxs, float* __restrict__ sums,
+             float* __restrict__ accs, int max_context, float scale, float norm_eps, int group,
+             int group_p, int num_heads, int kv_heads, int splits, int min_chunk, int pdl) {
   extern __shared__ __align__(128) unsigned char raw[];
   Shared<D, T, STAGES>& s = *reinterpret_cast<Shared<D, T, STAGES>*>(raw);
   const int kv_head = blockIdx.x, split = blockIdx.y;
@@ -178,6 +182,17 @@ split_kernel(const float* __restrict__ qkv, T* __restrict__ k_cache, T* __restri
   const float sin_x = table_thread ? sin[(size_t)pos * (D / 2) + threadIdx.x] : 0.f;
   for (int i = threadIdx.x + group * D; i < 16 * D; i += THREADS)
     s.q[i / D][i % D] = to_t<T>(0.f);
+  // With head norms (q_norm set: Qwen3), the weights of this thread's element d = threadIdx.x
+  // % D and of its rotate-half partner: every element a thread holds has that d.
+  const bool head_norms = q_norm != nullptr;
+  const int d_own = threadIdx.x % D, d_partner = (d_own + D / 2) % D;
+  float qw = 0.f, qw_partner = 0.f, kw = 0.f, kw_partner = 0.f;
+  if (head_norms) {
+    qw = (float)q_norm[d_own];
+    qw_partner = (float)q_norm[d_partner];
+    kw = (float)k_norm[d_own];
+    kw_partner = (float)k_norm[d_partner];
+  }
   if (pdl) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -209,7 +224,47 @@ split_kernel(const float* __restrict__ qkv, T* __restrict__ k_cache, T* __restri
     k_partner = k_row[(dk + D / 2) % D];
     v_x = qkv[(size_t)(num_heads + kv_heads + kv_head) * D + dk];
   }
-  __syncthreads();   // the tables in shared memory
+  if (head_norms) {   // the heads rounded to T, as ops_triton._head_norm_kernel rounds them
+    float squares[PER + 1];
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+      x[j] = round_to<T>(x[j]);
+      partner[j] = round_to<T>(partner[j]);
+      squares[j] = x[j] * x[j];
+    }
+    k_x = round_to<T>(k_x);
+    k_partner = round_to<T>(k_partner);
+    squares[PER] = k_x * k_x;
+#pragma unroll
+    for (int j = 0; j <= PER; ++j) {
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2)
+        squares[j] += __shfl_xor_sync(0xffffffff, squares[j], offset);
+      if (lane == 0) s.head_squares[warp][j] = squares[j];
+    }
+  }
+  __syncthreads();   // the tables (and the heads' squares) in shared memory
+  if (head_norms) {
+    // A head's D elements lie in D / 32 consecutive warps: this thread's from warp first on,
+    // the key's from warp 0 on (threads 0..D-1).
+    constexpr int HEAD_WARPS = D / 32;
+    const int first = threadIdx.x / D * HEAD_WARPS;
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+      float total = 0.f;
+#pragma unroll
+      for (int w = 0; w < HEAD_WARPS; ++w) total += s.head_squares[first + w][j];
+      const float rstd = 1.f / sqrtf(total / D + norm_eps);
+      x[j] = round_to<T>(round_to<T>(x[j] * rstd) * qw);
+      partner[j] = round_to<T>(round_to<T>(partner[j] * rstd) * qw_partner);
+    }
+    float total = 0.f;
+#pragma unroll
+    for (int w = 0; w < HEAD_WARPS; ++w) total += s.head_squares[w][PER];
+    const float rstd = 1.f / sqrtf(total / D + norm_eps);
+    k_x = round_to<T>(round_to<T>(k_x * rstd) * kw);
+    k_partner = round_to<T>(round_to<T>(k_partner * rstd) * kw_partner);
+  }
 #pragma unroll
   for (int j = 0; j < PER; ++j) {
     const int i = threadIdx.x + j * THREADS;
@@ -342,29 +397,48 @@ split_kernel(const float* __restrict__ qkv, T* __restrict__ k_cache, T* __restri
   }
 }
 
+// A launch's arguments, as physinf_attn_split takes them.
+struct SplitArgs {
+  const float* qkv;
+  void* k_cache;
+  void* v_cache;
+  const int* pos;
+  const float* cos;
+  const float* sin;
+  const void* q_norm;   // null: no head norms
+  const void* k_norm;
+  float* maxs;
+  float* sums;
+  float* accs;
+  int max_context;
+  float scale;
+  float norm_eps;
+  int group, group_p, num_heads, kv_heads, splits, min_chunk, pdl;
+  cudaStream_t stream;
+};
+
 template <int D, typename T, int STAGES>
-static int launch(const float* qkv, void* k_cache, void* v_cache, const int* pos,
-                  const float* cos, const float* sin, float* maxs, float* sums, float* accs,
-                  int max_context, float scale, int group, int group_p, int num_heads,
-                  int kv_heads, int splits, int min_chunk, int pdl, cudaStream_t stream) {
+static int launch(const SplitArgs& a) {
   auto kernel = split_kernel<D, T, STAGES>;
   const int bytes = (int)sizeof(Shared<D, T, STAGES>);
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          bytes);
   if (err != cudaSuccess) return (int)err;
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(kv_heads, splits);
+  config.gridDim = dim3(a.kv_heads, a.splits);
   config.blockDim = dim3(THREADS);
   config.dynamicSmemBytes = bytes;
-  config.stream = stream;
+  config.stream = a.stream;
   cudaLaunchAttribute attrs[1];
   attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[0].val.programmaticStreamSerializationAllowed = pdl;
+  attrs[0].val.programmaticStreamSerializationAllowed = a.pdl;
   config.attrs = attrs;
   config.numAttrs = 1;
-  return (int)cudaLaunchKernelEx(&config, kernel, qkv, (T*)k_cache, (T*)v_cache, pos, cos, sin,
-                                 maxs, sums, accs, max_context, scale, group, group_p,
-                                 num_heads, kv_heads, splits, min_chunk, pdl);
+  return (int)cudaLaunchKernelEx(&config, kernel, a.qkv, (T*)a.k_cache, (T*)a.v_cache, a.pos,
+                                 a.cos, a.sin, (const T*)a.q_norm, (const T*)a.k_norm, a.maxs,
+                                 a.sums, a.accs, a.max_context, a.scale, a.norm_eps, a.group,
+                                 a.group_p, a.num_heads, a.kv_heads, a.splits, a.min_chunk,
+                                 a.pdl);
 }
 
 // STAGES key tiles in flight per warp (AttentionConfig.num_stages, 2 or 3). With 2, a warp of a
@@ -372,57 +446,38 @@ static int launch(const float* qkv, void* k_cache, void* v_cache, const int* pos
 // 16384 is 4% shorter and the 8-kv-head shapes' at 2048 1-1.7% (docs/PERF.md, v36). Shared
 // memory at head size 128: 75 KB a block with 2 (three blocks an SM), 110 KB with 3 (two).
 template <int D, typename T>
-static int launch_stages(int stages, const float* qkv, void* k_cache, void* v_cache,
-                         const int* pos, const float* cos, const float* sin, float* maxs,
-                         float* sums, float* accs, int max_context, float scale, int group,
-                         int group_p, int num_heads, int kv_heads, int splits, int min_chunk,
-                         int pdl, cudaStream_t stream) {
-  if (stages == 2)
-    return launch<D, T, 2>(qkv, k_cache, v_cache, pos, cos, sin, maxs, sums, accs, max_context,
-                           scale, group, group_p, num_heads, kv_heads, splits, min_chunk, pdl,
-                           stream);
-  if (stages == 3)
-    return launch<D, T, 3>(qkv, k_cache, v_cache, pos, cos, sin, maxs, sums, accs, max_context,
-                           scale, group, group_p, num_heads, kv_heads, splits, min_chunk, pdl,
-                           stream);
+static int launch_stages(int stages, const SplitArgs& a) {
+  if (stages == 2) return launch<D, T, 2>(a);
+  if (stages == 3) return launch<D, T, 3>(a);
   return (int)cudaErrorInvalidValue;
 }
 
 template <int D>
-static int launch_dtype(int bf16, int stages, const float* qkv, void* k_cache, void* v_cache,
-                        const int* pos, const float* cos, const float* sin, float* maxs,
-                        float* sums, float* accs, int max_context, float scale, int group,
-                        int group_p, int num_heads, int kv_heads, int splits, int min_chunk,
-                        int pdl, cudaStream_t stream) {
-  if (bf16)
-    return launch_stages<D, __nv_bfloat16>(stages, qkv, k_cache, v_cache, pos, cos, sin, maxs,
-                                           sums, accs, max_context, scale, group, group_p,
-                                           num_heads, kv_heads, splits, min_chunk, pdl, stream);
-  return launch_stages<D, __half>(stages, qkv, k_cache, v_cache, pos, cos, sin, maxs, sums,
-                                  accs, max_context, scale, group, group_p, num_heads, kv_heads,
-                                  splits, min_chunk, pdl, stream);
+static int launch_dtype(int bf16, int stages, const SplitArgs& a) {
+  if (bf16) return launch_stages<D, __nv_bfloat16>(stages, a);
+  return launch_stages<D, __half>(stages, a);
 }
 
 // The split kernel of ops_triton.rope_attention for a 16-bit cache (bf16 = 0: float16), head
 // size 64 or 128, up to MAX_GROUP query heads a kv head, 2 or 3 key tiles in flight a warp
-// (stages); the partials go where ops_triton._attn_reduce_kernel reads them. Returns a
-// cudaError_t (0: launched).
+// (stages); the partials go where ops_triton._attn_reduce_kernel reads them. q_norm and k_norm
+// (the cache's dtype, [head_dim]; null for none) RMS-norm the q and k heads first, with
+// norm_eps. Returns a cudaError_t (0: launched).
 extern "C" int physinf_attn_split(int head_dim, int bf16, const float* qkv, void* k_cache,
                                   void* v_cache, const int* pos, const float* cos,
-                                  const float* sin, float* maxs, float* sums, float* accs,
-                                  int max_context, float scale, int group, int group_p,
+                                  const float* sin, const void* q_norm, const void* k_norm,
+                                  float* maxs, float* sums, float* accs, int max_context,
+                                  float scale, float norm_eps, int group, int group_p,
                                   int num_heads, int kv_heads, int splits, int min_chunk,
                                   int stages, int pdl, void* stream) {
-  if (group < 1 || group > MAX_GROUP || group > group_p) return (int)cudaErrorInvalidValue;
-  cudaStream_t st = (cudaStream_t)stream;
-  if (head_dim == 128)
-    return launch_dtype<128>(bf16, stages, qkv, k_cache, v_cache, pos, cos, sin, maxs, sums,
-                             accs, max_context, scale, group, group_p, num_heads, kv_heads,
-                             splits, min_chunk, pdl, st);
-  if (head_dim == 64)
-    return launch_dtype<64>(bf16, stages, qkv, k_cache, v_cache, pos, cos, sin, maxs, sums,
-                            accs, max_context, scale, group, group_p, num_heads, kv_heads,
-                            splits, min_chunk, pdl, st);
+  if (group < 1 || group > MAX_GROUP || group > group_p
+      || (q_norm == nullptr) != (k_norm == nullptr))
+    return (int)cudaErrorInvalidValue;
+  const SplitArgs a = {qkv, k_cache, v_cache, pos, cos, sin, q_norm, k_norm, maxs, sums, accs,
+                       max_context, scale, norm_eps, group, group_p, num_heads, kv_heads,
+                       splits, min_chunk, pdl, (cudaStream_t)stream};
+  if (head_dim == 128) return launch_dtype<128>(bf16, stages, a);
+  if (head_dim == 64) return launch_dtype<64>(bf16, stages, a);
   return (int)cudaErrorInvalidValue;
 }
 

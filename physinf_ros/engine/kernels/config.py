@@ -118,12 +118,13 @@ class KernelConfig:
 
     def attention_cuda_path(self, qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor,
                             sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                            num_heads: int) -> bool:
+                            num_heads: int, head_norms=None) -> bool:
         """Whether this attention's split runs attention_split.cu: set, a GPU that has it."""
         kv_heads, _, dim = k_cache.shape
         if INTERPRET or qkv.device.type != 'cuda' or not self.attention_for(kv_heads, dim).cuda:
             return False
-        return (attention_cuda.supported(qkv, pos, cos, sin, k_cache, v_cache, num_heads)
+        return (attention_cuda.supported(qkv, pos, cos, sin, k_cache, v_cache, num_heads,
+                                         head_norms)
                 and not attention_cuda.unavailable(qkv.device)
                 and not attention_cuda.oversize(qkv.device, dim,
                                                 self.attention_for(kv_heads, dim).num_stages))

@@ -6,13 +6,16 @@ float32 vectors; weights and the KV cache are in the model dtype (a 4-bit Packed
 dequantised on every call: a reference, not a fast path).
 """
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 
 from ..model.llama import gelu_gate_up, rms_norm, silu_gate_up
 from ..sampling import mask_logits
 from ..weights.gptq import dense
+
+# A family's q and k head norms for rope_attention: (q_norm, k_norm, eps).
+HeadNorms = Tuple[torch.Tensor, torch.Tensor, float]
 
 
 def embed(table: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
@@ -143,13 +146,18 @@ def _decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
 
 def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                    k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int,
-                   scale: Optional[float] = None, window: int = 0) -> torch.Tensor:
+                   scale: Optional[float] = None, window: int = 0,
+                   head_norms: Optional[HeadNorms] = None) -> torch.Tensor:
     """
     Rotate q and k for position pos, store k and v at pos, attend over 0..pos with GQA.
 
     qkv is the QKV GEMV's output [(Hq + 2 Hkv) D]; returns float32 [Hq * D]. Scores are scaled
     by scale (1 / sqrt(D) unless given); window > 0 attends to the last window positions only.
+    head_norms (q_norm, k_norm, eps) RMS-norms each q and k head first (head_norm, in place).
     """
+    if head_norms is not None:
+        q_norm, k_norm, eps = head_norms
+        head_norm(qkv, q_norm, k_norm, num_heads, eps)
     q = _rope_and_cache(qkv, pos, cos, sin, k_cache, v_cache, num_heads)
     return _decode_attention(q, k_cache, v_cache, pos, scale, window)
 

@@ -7,10 +7,12 @@ step has few launches:
   rms_matvec        RMSNorm prologue + GEMV (+ bias): QKV and the lm_head
   rms_gate_up_silu  RMSNorm prologue + gate and up GEMVs + SiLU(gate) * up epilogue
                     (rms_gate_up_gelu: GeGLU's gelu_tanh(gate) * up, Gemma 3)
-  head_norm         RMSNorm of each q and k head of the QKV output, in place (Qwen3, Gemma 3)
+  head_norm         RMSNorm of each q and k head of the QKV output, in place (Qwen3, Gemma 3
+                    over rows; their step's head norms are rope_attention's)
   matvec_add        split-K GEMV accumulated atomically into the float32 residual
   rope_attention    split-K GQA attention over the filled cache (flash-decoding), + reduce;
-                    the split kernel also applies RoPE and stores this token's k and v at `pos`;
+                    the split kernel also applies RoPE and stores this token's k and v at `pos`,
+                    and given head_norms it RMS-norms the q and k heads first (Qwen3, Gemma 3);
                     a sliding window (Gemma 3's local layers) starts the keys at pos - window + 1
   greedy_head       final RMSNorm + lm_head GEMV with the argmax folded into its epilogue
   embed             the token's embedding row as the float32 residual, the step's first kernel
@@ -42,6 +44,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from . import attention_cuda, ops_torch, q4_cuda
 from .config import DEFAULT_CONFIG, INTERPRET, KernelConfig
+from .ops_torch import HeadNorms
 from .shapes import GemvConfig
 from ..model.llama import gate_up_block
 from ..weights.gptq import PackedLinear
@@ -375,16 +378,16 @@ def _q4_tile(ptrs, r0, r_end, col_mask, BLOCK_R: tl.constexpr, EVEN: tl.constexp
 @triton.jit
 def _q4_gemv_kernel(QW, S, Z, X, Y, NORM, BIAS, N, K, N_ALL, eps, MAGIC,
                     HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, ACCUMULATE: tl.constexpr,
-                    GATE_UP: tl.constexpr, HAS_ZEROS: tl.constexpr, GROUP: tl.constexpr,
-                    BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr, SPLIT_K: tl.constexpr,
-                    EVEN: tl.constexpr, WDTYPE: tl.constexpr, HALF2: tl.constexpr,
-                    STREAM: tl.constexpr, PDL: tl.constexpr):
+                    GATE_UP: tl.constexpr, GELU: tl.constexpr, HAS_ZEROS: tl.constexpr,
+                    GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr,
+                    SPLIT_K: tl.constexpr, EVEN: tl.constexpr, WDTYPE: tl.constexpr,
+                    HALF2: tl.constexpr, STREAM: tl.constexpr, PDL: tl.constexpr):
     # y = W x for a GPTQ linear, read in GPTQ's own layout: codes [K / 8, N_ALL] (8 inputs of
     # one output per word), scales and zeros [K / GROUP, N_ALL]. A program owns BLOCK_N
     # outputs (columns) and walks down the words BLOCK_R rows at a time; the inputs of a row
     # are the same for every column, so a thread loads each x once for its 4 columns, and
     # the sums stay per column until one reduction at the end. GATE_UP: the columns n of
-    # gate and n + N of up, with SiLU(gate) * up out.
+    # gate and n + N of up, with SiLU(gate) * up out (GELU: GeGLU's gelu_tanh(gate) * up).
     # The GPU issues ~3 instructions per code (SASS of the gate/up loop: 777 per 256 codes a
     # thread), so instruction issue, not memory alone, bounds this kernel.
     # HALF2 (16-bit models): _HALF2_DOT, 2 codes per instruction. Float32 (exact): nibble j
@@ -428,8 +431,7 @@ def _q4_gemv_kernel(QW, S, Z, X, Y, NORM, BIAS, N, K, N_ALL, eps, MAGIC,
                                        HAS_ZEROS, EVEN)
     y = tl.sum(acc, axis=0)
     if GATE_UP:
-        up = tl.sum(acc_up, axis=0)
-        y = y * tl.sigmoid(y) * up
+        y = _gated(y, tl.sum(acc_up, axis=0), GELU)
     if ACCUMULATE:
         tl.atomic_add(Y + cols, y, mask=col_mask, sem='relaxed')   # as _matvec_kernel's
     else:
@@ -685,6 +687,25 @@ def _rotated(x, partner, cos, sin, D: tl.constexpr, DTYPE: tl.constexpr):
 
 
 @triton.jit
+def _norm_weights(NORM, D: tl.constexpr):
+    # A head norm's weights for elements d and for their rotate-half partners (d + D/2 mod D).
+    d = tl.arange(0, D)
+    return tl.load(NORM + d).to(tl.float32), tl.load(NORM + (d + D // 2) % D).to(tl.float32)
+
+
+@triton.jit
+def _head_normed(x, partner, w, w_partner, eps, D: tl.constexpr, WDTYPE: tl.constexpr):
+    # Heads [..., D] and their rotate-half partners (the same values, permuted: one rms) normed
+    # as _head_norm_kernel norms them, weights w and w_partner.
+    x = x.to(WDTYPE).to(tl.float32)
+    partner = partner.to(WDTYPE).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=-1, keep_dims=True) / D + eps)
+    x = ((x * rstd).to(WDTYPE).to(tl.float32) * w).to(WDTYPE).to(tl.float32)
+    partner = ((partner * rstd).to(WDTYPE).to(tl.float32) * w_partner).to(WDTYPE)
+    return x, partner.to(tl.float32)
+
+
+@triton.jit
 def _attend(q, k, v, t_mask, m_i, l_i, acc, scale, DOT: tl.constexpr, PRECISION: tl.constexpr):
     # One tile of keys and values into the running softmax (max m_i, sum l_i, acc).
     s = tl.dot(q, tl.trans(k.to(DOT)), input_precision=PRECISION, out_dtype=tl.float32) * scale
@@ -699,13 +720,15 @@ def _attend(q, k, v, t_mask, m_i, l_i, acc, scale, DOT: tl.constexpr, PRECISION:
 
 
 @triton.jit
-def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, max_context, scale,
-                       window, group, num_heads, kv_heads, D: tl.constexpr, GROUP_P: tl.constexpr,
-                       BLOCK_T: tl.constexpr, SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr,
-                       DOT: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
+def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, QN, KN, max_context,
+                       scale, norm_eps, window, group, num_heads, kv_heads, D: tl.constexpr,
+                       GROUP_P: tl.constexpr, BLOCK_T: tl.constexpr, SPLITS: tl.constexpr,
+                       MIN_CHUNK: tl.constexpr, DOT: tl.constexpr, PRECISION: tl.constexpr,
+                       HEAD_NORM: tl.constexpr, PDL: tl.constexpr):
     # Each program rotates its group's queries itself, and the split that holds the new
     # position rotates its key and stores key and value in the cache before its loop reads:
-    # RoPE and the cache write cost no kernel of their own.
+    # RoPE and the cache write cost no kernel of their own. With HEAD_NORM (Qwen3, Gemma 3) it
+    # RMS-norms those q and k heads first, by QN and KN: nor does the head norm.
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
     d = tl.arange(0, D)
@@ -726,6 +749,9 @@ def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, max_context
     # RoPE's cos and sin depend on pos alone: read before the wait too, so that after it the
     # only reads before the first tile is attended are the rows of qkv, issued together.
     cos, sin = _rope_tables(COS, SIN, length - 1, D)
+    if HEAD_NORM:   # the norms' weights, element d's and its rotate-half partner's
+        qn, qn_partner = _norm_weights(QN, D)
+        kn, kn_partner = _norm_weights(KN, D)
     _grid_sync(PDL)   # in every program, also those with no keys: the chain of waits must hold
     g = tl.arange(0, GROUP_P)
     g_mask = g < group
@@ -735,8 +761,13 @@ def _attn_split_kernel(QKV, KC, VC, POS, MAXS, SUMS, ACCS, COS, SIN, max_context
         # Every split reads the new key and value with its queries (a few hundred bytes): one
         # round trip for all, where the split that stores them used to wait for a second.
         k_row = QKV + (num_heads + kv_head) * D
-        k_new = _rotated(tl.load(k_row + d), tl.load(k_row + (d + D // 2) % D), cos, sin, D,
-                         KC.dtype.element_ty).to(KC.dtype.element_ty)
+        k_x, k_partner = tl.load(k_row + d), tl.load(k_row + (d + D // 2) % D)
+        if HEAD_NORM:
+            q, q_partner = _head_normed(q, q_partner, qn, qn_partner, norm_eps, D,
+                                        QN.dtype.element_ty)
+            k_x, k_partner = _head_normed(k_x, k_partner, kn, kn_partner, norm_eps, D,
+                                          KN.dtype.element_ty)
+        k_new = _rotated(k_x, k_partner, cos, sin, D, KC.dtype.element_ty).to(KC.dtype.element_ty)
         v_new = tl.load(QKV + (num_heads + kv_heads + kv_head) * D + d).to(VC.dtype.element_ty)
         q = _rotated(q, q_partner, cos[None, :], sin[None, :], D, KC.dtype.element_ty).to(DOT)
         if end == length:
@@ -964,12 +995,14 @@ _TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.floa
 
 
 def _q4_gemv(w: PackedLinear, x, y, norm_w, bias, eps, kind, config: KernelConfig,
-             accumulate=False):
+             accumulate=False, gelu=False):
+    # gelu (a gate/up's GeGLU, Gemma 3, whose float32 norms q4_gemv.cu does not read anyway)
+    # runs in the Triton kernel: the CUDA one fuses SiLU only.
     n, k = w.shape
     gate_up = kind == 'gate_up'
     if gate_up:
         n //= 2
-    if config.q4_cuda_path(w, x, norm_w):
+    if not gelu and config.q4_cuda_path(w, x, norm_w):
         q4_cuda.gemv(w, x, y, norm_w, bias, eps, gate_up, accumulate,
                      config.q4_cuda_shape(kind, n, k, w, accumulate, x.device))
         return
@@ -981,7 +1014,7 @@ def _q4_gemv(w: PackedLinear, x, y, norm_w, bias, eps, kind, config: KernelConfi
         w.codes, w.scales, w.zeros if w.zeros is not None else w.scales, x, y,
         norm_w if norm_w is not None else x, bias if bias is not None else y, n, k,
         w.codes.shape[1], eps, 0x4B000000, HAS_NORM=norm_w is not None,
-        HAS_BIAS=bias is not None, ACCUMULATE=accumulate, GATE_UP=gate_up,
+        HAS_BIAS=bias is not None, ACCUMULATE=accumulate, GATE_UP=gate_up, GELU=gelu,
         HAS_ZEROS=w.zeros is not None, GROUP=w.group_size, BLOCK_N=cfg.block_n,
         BLOCK_R=block_r, SPLIT_K=split_k, EVEN=even, WDTYPE=_TL_DTYPES[w.dtype],
         HALF2=config.half2_path(w.dtype, x.device), STREAM=config.stream(),
@@ -1102,19 +1135,12 @@ def _gate_up(x, norm_w, w_gate_up, eps, y, gelu: bool, config: KernelConfig) -> 
 
 def rms_gate_up_gelu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up, eps: float,
                      config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
-    """
-    Return gelu_tanh(gate) * up for gate, up = w_gate_up @ rms_norm(x), float32 [I] (GeGLU).
-
-    A 4-bit gate/up runs its GEMV without the epilogue (its kernels fuse SiLU only), and the
-    product is taken by torch ops.
-    """
+    """Return gelu_tanh(gate) * up for gate, up = w_gate_up @ rms_norm(x), float32 [I] (GeGLU)."""
     n2, k = w_gate_up.shape
-    if isinstance(w_gate_up, PackedLinear):
-        y = torch.empty(n2, device=x.device, dtype=torch.float32)
-        _q4_gemv(w_gate_up, x, y, norm_w, None, eps, 'rms_matvec', config)
-        gate, up = y.chunk(2)
-        return torch.nn.functional.gelu(gate, approximate='tanh') * up
     y = torch.empty(n2 // 2, device=x.device, dtype=torch.float32)
+    if isinstance(w_gate_up, PackedLinear):
+        _q4_gemv(w_gate_up, x, y, norm_w, None, eps, 'gate_up', config, gelu=True)
+        return y
     _gate_up(x, norm_w, w_gate_up, eps, y, True, config)
     return y
 
@@ -1159,13 +1185,15 @@ def matvec_add(x: torch.Tensor, a: torch.Tensor, w,
 def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                    k_cache: torch.Tensor, v_cache: torch.Tensor, num_heads: int,
                    config: KernelConfig = DEFAULT_CONFIG, scale: Optional[float] = None,
-                   window: int = 0) -> torch.Tensor:
+                   window: int = 0, head_norms: Optional[HeadNorms] = None) -> torch.Tensor:
     """
     Rotate q and k for position pos, store k and v at pos, attend over 0..pos with GQA.
 
     qkv is the QKV GEMV's output [(Hq + 2 Hkv) D]; returns float32 [Hq * D]. Scores are scaled
     by scale (1 / sqrt(D) unless given); window > 0 attends to the last window positions only
     (a sliding-window layer), which the Triton split kernel does and the CUDA one does not.
+    head_norms (q_norm, k_norm, eps) RMS-norms each q and k head first, as head_norm does, inside
+    the split kernel: qkv is left as it is.
     """
     kv_heads, max_context, dim = k_cache.shape
     scale = dim ** -0.5 if scale is None else scale
@@ -1181,15 +1209,18 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
     accs = torch.empty(kv_heads * splits * group_p, dim, device=device, dtype=torch.float32)
     dot, precision = _products(k_cache.dtype)   # matrix units in the cache dtype
     pdl = _pdl(device)
+    q_norm, k_norm, norm_eps = head_norms if head_norms is not None else (None, None, 0.0)
     if not window and config.attention_cuda_path(qkv, pos, cos, sin, k_cache, v_cache,
-                                                 num_heads):
+                                                 num_heads, head_norms):
         attention_cuda.split(qkv, pos, cos, sin, k_cache, v_cache, maxs, sums, accs, num_heads,
-                             group_p, splits, min_chunk, shape.num_stages, scale)
+                             group_p, splits, min_chunk, shape.num_stages, scale, head_norms)
     else:
         _attn_split_kernel[(kv_heads, splits)](
-            qkv, k_cache, v_cache, pos, maxs, sums, accs, cos, sin, max_context, scale, window,
-            group, num_heads, kv_heads, D=dim, GROUP_P=group_p, BLOCK_T=block_t, SPLITS=splits,
-            MIN_CHUNK=min_chunk, DOT=dot, PRECISION=precision, num_warps=shape.num_warps,
+            qkv, k_cache, v_cache, pos, maxs, sums, accs, cos, sin,
+            qkv if q_norm is None else q_norm, qkv if k_norm is None else k_norm, max_context,
+            scale, norm_eps, window, group, num_heads, kv_heads, D=dim, GROUP_P=group_p,
+            BLOCK_T=block_t, SPLITS=splits, MIN_CHUNK=min_chunk, DOT=dot, PRECISION=precision,
+            HEAD_NORM=head_norms is not None, num_warps=shape.num_warps,
             num_stages=shape.num_stages,
             **({'maxnreg': shape.max_registers} if shape.max_registers else {}), **pdl)
     out = torch.empty(num_heads, dim, device=device, dtype=torch.float32)
@@ -1438,9 +1469,9 @@ class KernelOps:
         matvec_add(x, a, w, self.config)
 
     def rope_attention(self, qkv, pos, cos, sin, k_cache, v_cache, num_heads, scale=None,
-                       window=0):
+                       window=0, head_norms=None):
         return rope_attention(qkv, pos, cos, sin, k_cache, v_cache, num_heads, self.config,
-                              scale, window)
+                              scale, window, head_norms)
 
     def rows_rms_matvec(self, x, norm_w, w, bias, eps, out=None):
         return rows_rms_matvec(x, norm_w, w, bias, eps, out, self.config)

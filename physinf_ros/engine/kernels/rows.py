@@ -17,6 +17,8 @@ from typing import Optional
 
 import torch
 
+from .ops_torch import HeadNorms
+
 
 class RowOps:
     """The ops module's functions with a leading row dimension on every activation."""
@@ -52,15 +54,18 @@ class RowOps:
         """Add rms_norm(w @ a[j]) into each row x[j] in place (Gemma 3's post-norms)."""
         self.ops.rows_matvec_norm_add(x, a, w, norm_w, eps)
 
-    def head_norm(self, qkv: torch.Tensor, q_norm: torch.Tensor, k_norm: torch.Tensor,
-                  num_heads: int, eps: float) -> None:
-        """Normalise each row's q and k heads in place (the step's head_norm, over rows)."""
-        self.ops.head_norm(qkv, q_norm, k_norm, num_heads, eps)
-
     def rope_attention(self, qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor,
                        sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                       num_heads: int, scale: Optional[float] = None,
-                       window: int = 0) -> torch.Tensor:
-        """Row j at position pos[j]: rotate, store k and v, attend over 0..pos[j]; [n, Hq D]."""
+                       num_heads: int, scale: Optional[float] = None, window: int = 0,
+                       head_norms: Optional[HeadNorms] = None) -> torch.Tensor:
+        """
+        Row j at position pos[j]: rotate, store k and v, attend over 0..pos[j]; [n, Hq D].
+
+        head_norms (q_norm, k_norm, eps) first norms every row's q and k heads in place, in
+        one kernel of its own (the step's split kernel does it inside).
+        """
+        if head_norms is not None:
+            q_norm, k_norm, eps = head_norms
+            self.ops.head_norm(qkv, q_norm, k_norm, num_heads, eps)
         return self.ops.rows_rope_attention(qkv, pos, cos, sin, k_cache, v_cache, num_heads,
                                             scale, window)

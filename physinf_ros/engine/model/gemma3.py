@@ -158,9 +158,9 @@ def decode_layers(w: Weights, cache: KVCache, token: torch.Tensor, pos: torch.Te
     x = (x.to(w.embed.dtype) * embed_scale(c, w.embed.dtype)).float()
     for i, (layer, (kind, window)) in enumerate(zip(w.layers, layer_kinds(c))):
         qkv = ops.rms_matvec(x, layer.attn_norm, layer.wqkv, layer.bqkv, eps)
-        ops.head_norm(qkv, layer.q_norm, layer.k_norm, c.num_heads, eps)
         attn = ops.rope_attention(qkv, pos, cos[kind], sin[kind], cache.k[i], cache.v[i],
-                                  c.num_heads, c.attention_scale, window)
+                                  c.num_heads, c.attention_scale, window,
+                                  (layer.q_norm, layer.k_norm, eps))
         ops.matvec_norm_add(x, attn, layer.wo, layer.post_attn_norm, eps)
         h = ops.rms_gate_up_gelu(x, layer.mlp_norm, layer.w_gate_up, eps)
         ops.matvec_norm_add(x, h, layer.w_down, layer.post_mlp_norm, eps)

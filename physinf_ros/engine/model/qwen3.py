@@ -87,8 +87,8 @@ def decode_layers(w: Weights, cache: KVCache, token: torch.Tensor, pos: torch.Te
     x = ops.embed(w.embed, token)                                  # [H] residual
     for i, layer in enumerate(w.layers):
         qkv = ops.rms_matvec(x, layer.attn_norm, layer.wqkv, layer.bqkv, c.rms_norm_eps)
-        ops.head_norm(qkv, layer.q_norm, layer.k_norm, c.num_heads, c.rms_norm_eps)
-        attn = ops.rope_attention(qkv, pos, cos, sin, cache.k[i], cache.v[i], c.num_heads)
+        attn = ops.rope_attention(qkv, pos, cos, sin, cache.k[i], cache.v[i], c.num_heads,
+                                  head_norms=(layer.q_norm, layer.k_norm, c.rms_norm_eps))
         ops.matvec_add(x, attn, layer.wo)                          # x += wo @ attn
         h = ops.rms_gate_up_silu(x, layer.mlp_norm, layer.w_gate_up, c.rms_norm_eps)
         ops.matvec_add(x, h, layer.w_down)                         # x += w_down @ h

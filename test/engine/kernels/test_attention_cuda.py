@@ -92,6 +92,48 @@ def test_cuda_split_is_as_close_to_float32_as_the_triton_kernel(heads, kv_heads,
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize('heads, kv_heads, dim', [(16, 8, 128), (32, 8, 128), (16, 4, 64)])
+def test_cuda_split_norms_the_heads_as_the_triton_kernel(heads, kv_heads, dim, dtype):
+    # Qwen3's step (0.6B and 1.7B, 4B and 8B; head size 64 for the kernel's other build): the q
+    # and k head norms inside the split, in the CUDA kernel as in the Triton one; qkv untouched.
+    max_context = 4200
+    cos, sin, cache, gen = attention_case(heads, kv_heads, dim, dtype, max_context, 11)
+    q_norm = (torch.rand(dim, device=CUDA, generator=gen) + 0.5).to(dtype)
+    k_norm = (torch.rand(dim, device=CUDA, generator=gen) + 0.5).to(dtype)
+    norms = (q_norm, k_norm, 1e-6)
+    for length in (1, 65, 2049, 4160):
+        pos = torch.tensor([length - 1], dtype=torch.int32, device=CUDA)
+        qkv = torch.randn((heads + 2 * kv_heads) * dim, device=CUDA, generator=gen) * 3.0
+        k_ref, v_ref = cache.k[0].clone(), cache.v[0].clone()
+        ref = ops_torch.rope_attention(qkv.clone(), pos, cos, sin, k_ref, v_ref, heads,
+                                       head_norms=norms)
+        out, written = {}, {}
+        for name, config in (('triton', KernelConfig()), ('cuda', ON)):
+            k, v = cache.k[0].clone(), cache.v[0].clone()
+            assert config.attention_cuda_path(qkv, pos, cos, sin, k, v, heads, norms) == \
+                (name == 'cuda')
+            given = qkv.clone()
+            out[name] = ops_triton.rope_attention(given, pos, cos, sin, k, v, heads, config,
+                                                  head_norms=norms)
+            assert torch.equal(given, qkv), name
+            written[name] = (k, v)
+        triton_error, cuda_error = rel(out['triton'], ref), rel(out['cuda'], ref)
+        assert cuda_error < TOL and cuda_error <= 1.25 * triton_error, \
+            (length, cuda_error, triton_error)
+        row = length - 1
+        ulp = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10
+        assert torch.equal(written['cuda'][1], written['triton'][1])
+        assert torch.allclose(written['cuda'][0][:, row].float(),
+                              written['triton'][0][:, row].float(), rtol=2 * ulp, atol=1e-6)
+        assert rel(written['cuda'][0][:, row], k_ref[:, row]) < 2 * ulp
+    # Gemma 3's float32 norms are read by the Triton kernel only.
+    float_norms = (q_norm.float(), k_norm.float(), 1e-6)
+    assert not ON.attention_cuda_path(qkv, pos, cos, sin, cache.k[0], cache.v[0], heads,
+                                      float_norms)
+
+
+@pytest.mark.gpu
 def test_cuda_split_merges_every_split_when_few_hold_keys(monkeypatch):
     # Splits past the keys write partials of no weight before their wait; the merge reads all
     # of them. Scratch memory is poisoned with NaN so that a partial left unwritten would show.
@@ -214,6 +256,14 @@ def test_the_switch_is_an_ab_flag_and_the_cpu_never_takes_the_cuda_path():
     assert not attention_cuda.supported(qkv, pos, cos, sin.double(), k, k.clone(), 32)
     assert not attention_cuda.supported(qkv, pos, cos, sin.t(), k, k.clone(), 32)
     assert not attention_cuda.supported(qkv, pos, cos.t(), sin, k, k.clone(), 32)
+    # Head norms (Qwen3) in the cache's dtype, one weight a head element; Gemma 3's float32
+    # ones go to the Triton kernel.
+    norm = torch.ones(128, dtype=torch.bfloat16)
+    assert attention_cuda.supported(qkv, pos, cos, sin, k, k.clone(), 32, (norm, norm, 1e-6))
+    assert not attention_cuda.supported(qkv, pos, cos, sin, k, k.clone(), 32,
+                                        (norm.float(), norm.float(), 1e-6))
+    assert not attention_cuda.supported(qkv, pos, cos, sin, k, k.clone(), 32,
+                                        (norm[:64], norm[:64], 1e-6))
 
 
 @pytest.mark.skipif(shutil.which('nvcc') is None and not Path('/usr/local/cuda/bin/nvcc').exists(),

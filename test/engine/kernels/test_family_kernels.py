@@ -1,8 +1,9 @@
 """
 The kernels the families of issue 53 add, against ops_torch, in Triton's interpreter off a GPU.
 
-q/k head norm, GeGLU, attention with a sliding window and its own scale at head size 256, the
-post-norm residual, and each family's whole step.
+q/k head norm (its own kernel over rows, inside the attention split in the step), GeGLU,
+attention with a sliding window and its own scale at head size 256, the post-norm residual, and
+each family's whole step.
 """
 
 from physinf_ros.engine.kernels import ops_torch, ops_triton
@@ -86,6 +87,37 @@ def test_attention_with_a_window_and_a_scale(dtype, heads, kv_heads, dim, window
             whole = ops_torch.rope_attention(qkv, pos, cos, sin, caches[0].k[0].clone(),
                                              caches[0].v[0].clone(), heads, scale)
             assert rel(whole, ref) > 1e-2
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize('heads, kv_heads, dim, window', [(16, 8, 128, 0), (4, 1, 256, 16)])
+def test_attention_norms_its_heads_inside_the_split(dtype, heads, kv_heads, dim, window):
+    # Qwen3's and Gemma 3's step: rope_attention given the head norms equals head_norm, then
+    # attention; the split kernel norms its own copies, so qkv is left as it was.
+    max_context = 300
+    config = ModelConfig('qwen3', 10, heads * dim, 8, 1, heads, kv_heads, dim, 1e-6, 10000.0)
+    cos, sin = rope_tables(config, max_context, DEVICE)
+    caches = twin_caches(config, max_context, DEVICE, dtype)
+    q_norm, k_norm = rand(dim, dtype=dtype).abs() + 0.5, rand(dim, dtype=dtype).abs() + 0.5
+    for length in (1, 17, 250):
+        pos = torch.tensor([length - 1], dtype=torch.int32, device=DEVICE)
+        qkv = rand((heads + 2 * kv_heads) * dim, scale=3.0)
+        normed = qkv.clone()
+        ref = ops_torch.rope_attention(normed, pos, cos, sin, caches[0].k[0], caches[0].v[0],
+                                       heads, None, window, (q_norm, k_norm, 1e-6))
+        given = qkv.clone()
+        out = ops_triton.rope_attention(given, pos, cos, sin, caches[1].k[0], caches[1].v[0],
+                                        heads, KernelConfig(), None, window,
+                                        (q_norm, k_norm, 1e-6))
+        assert torch.equal(given, qkv)
+        assert rel(out, ref) < TOL[dtype]
+        row = length - 1
+        for written, expected in ((caches[1].k, caches[0].k), (caches[1].v, caches[0].v)):
+            assert rel(written[0][:, row], expected[0][:, row]) < TOL[dtype]
+        if length > 1:   # the norms change the answer (one key gives its value whatever q)
+            plain = ops_torch.rope_attention(qkv.clone(), pos, cos, sin, caches[0].k[0].clone(),
+                                             caches[0].v[0].clone(), heads, None, window)
+            assert rel(plain, ref) > 1e-2
 
 
 def prefilled(name):

@@ -104,6 +104,10 @@ def test_q4_kernels_match_the_torch_reference(dtype, asymmetric):
     gate_up = packed(2 * 80, 256, 128, dtype, asymmetric, seed=3)
     out = ops_triton.rms_gate_up_silu(x, norm, gate_up, 1e-5)
     assert rel(out, ops_torch.rms_gate_up_silu(x, norm, gate_up, 1e-5)) < TOL[dtype]
+    # GeGLU (Gemma 3) in the same kernel's epilogue, its float32 norm as Gemma holds it.
+    gelu = ops_triton.rms_gate_up_gelu(x, norm.float(), gate_up, 1e-5)
+    assert rel(gelu, ops_torch.rms_gate_up_gelu(x, norm.float(), gate_up, 1e-5)) < TOL[dtype]
+    assert rel(gelu, out) > 1e-2
     down = packed(64, 160, 32, dtype, asymmetric, seed=5)   # K not a multiple of the tile
     residual, a = torch.randn(64, device=DEVICE), torch.randn(160, device=DEVICE)
     expected = residual.clone()
