@@ -80,6 +80,9 @@
 #              picks SHAPE:TOKENIZER pairs
 #   specprofile the CUDA profiler over a plain step and a 4-token verify step (profile_step.py
 #              --verify-k) of SPEC_PROFILE_MODELS (default the 8B and 1B shapes) at ctx 2048
+#   q4verifyab the 4-bit 8B's verify step of k = 1, 2, 4, 8 drafted tokens (profile_step.py
+#              --verify-k) with KernelConfig.q4_rows_min's default (the step's GEMV once a row
+#              below it) and at 1 (the 4-bit rows kernel for every k), in one process each
 #   prefillprofile the same over a cold prefill of 32 and 2048 tokens (profile_step.py
 #              --prefill) of PREFILL_PROFILE_MODELS (the 8B, its 4-bit copy, the 1B): kernel time
 #              by kind (matrix products, attention, ours, the rest)
@@ -398,6 +401,16 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
           tag=$(model_tag "$model")_k$k
           TAIL=8 run specprofile_$tag 120 python3 benchmarks/profile_step.py --model "$model" \
             --ctx 2048 --verify-k $k --out "$WORK/specprofile_$tag.json"
+        done
+      done;;
+    q4verifyab)
+      # The 4-bit verify's linears once a row against the rows kernel (issue 54, q4_rows_min).
+      for k in 1 2 4 8; do
+        for rows_min in default 1; do
+          flags=(); [ "$rows_min" = default ] || flags=(--kernel-flag "Q4_ROWS_MIN=$rows_min")
+          TAIL=8 run q4verify_k${k}_$rows_min 120 python3 benchmarks/profile_step.py \
+            --model synthetic:llama-3.1-8b:gptq --ctx 2048 --verify-k $k "${flags[@]}" \
+            --out "$WORK/q4verify_k${k}_$rows_min.json"
         done
       done;;
     prefillprofile)

@@ -50,11 +50,20 @@ class KernelConfig:
     # product, padded to 16, 32 or 64; more go to cuBLAS with the norms and activations as
     # PyTorch ops. 16 until the rows kernels outrun cuBLAS at more (docs/PERF.md, issue 52).
     rows_max: int = 16
+    # The fewest rows a 4-bit linear takes through the 4-bit rows kernel (its codes read once
+    # for all rows); fewer rows (a verify step of k < q4_rows_min drafted tokens) run the step's
+    # 4-bit GEMV once a row. Measured (docs/PERF.md, issue 54): the rows kernel's verify costs
+    # 5.4 steps for any k on the H100 (v3), one GEMV a row 2.0-3.9 steps for k = 1-4 (v2,
+    # H200); the crossover by those figures is about 8 rows, until a swept rows kernel wins.
+    q4_rows_min: int = 8
 
     def __post_init__(self):
         if not 16 <= self.rows_max <= 64:
             raise ValueError(f'rows_max is 16 to 64 (the rows kernels pad to 16, 32 or 64 '
                              f'rows), not {self.rows_max}: fix the flag')
+        if not 1 <= self.q4_rows_min <= 65:
+            raise ValueError(f'q4_rows_min is 1 (every row count on the rows kernel) to 65 '
+                             f'(none), not {self.q4_rows_min}: fix the flag')
         object.__setattr__(self, 'tuned', MappingProxyType(dict(self.tuned)))
         object.__setattr__(self, 'defaults', MappingProxyType(dict(self.defaults)))
         object.__setattr__(self, 'attention_shapes',
@@ -95,8 +104,8 @@ class KernelConfig:
         """
         Return this configuration with one switch or number set from text, for an A/B.
 
-        name is a switch (evict_first, half2, q4_cuda: value 0 or 1), rows_max (a number) or
-        attention.FIELD (a number, set for every model shape); case does not matter
+        name is a switch (evict_first, half2, q4_cuda: value 0 or 1), rows_max or q4_rows_min (a
+        number) or attention.FIELD (a number, set for every model shape); case does not matter
         (EVICT_FIRST=0 as on the command line).
         """
         owner, _, field_name = name.lower().rpartition('.')
@@ -108,7 +117,7 @@ class KernelConfig:
             setting = {field_name: int(value)}
         else:
             raise ValueError(f'{name} is not a kernel switch or number: choose evict_first, '
-                             'half2, q4_cuda, rows_max or attention.'
+                             'half2, q4_cuda, rows_max, q4_rows_min or attention.'
                              + '|'.join(f.name for f in fields(AttentionConfig)))
         if not owner:
             return replace(self, **setting)
@@ -225,7 +234,8 @@ class KernelConfig:
                                      for (kv_heads, head_dim), shape
                                      in self.attention_shapes.items()],
                 'evict_first': self.evict_first,
-                'half2': self.half2, 'q4_cuda': self.q4_cuda, 'rows_max': self.rows_max}
+                'half2': self.half2, 'q4_cuda': self.q4_cuda, 'rows_max': self.rows_max,
+                'q4_rows_min': self.q4_rows_min}
 
 
 DEFAULT_CONFIG = KernelConfig()

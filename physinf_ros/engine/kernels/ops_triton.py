@@ -19,7 +19,8 @@ step has few launches:
   step_end          a sampled step's reply to the host, as greedy_head's last kernel gives it
   rows_*            the GEMVs and attention over the rows of a verify step or a short prompt
                     (kernels/rows.py): 16-bit weights over up to KernelConfig.rows_max rows,
-                    4-bit ones over up to Q4_ROWS, each weight read once for all rows
+                    4-bit ones from KernelConfig.q4_rows_min to Q4_ROWS rows, each weight read
+                    once for all rows (fewer rows: the step's 4-bit GEMV once a row)
   dequantize        a 4-bit linear's float weight in one pass, for a longer prompt's products
 A step answers the host itself: its last kernel writes the token and the nanoseconds since embed
 stamped %globaltimer into a pinned host row, so neither a copy nor a timing event follows it.
@@ -1232,16 +1233,20 @@ def rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin:
 # The least rows a rows GEMV's product takes (tl.dot's least width): fewer are padded to it.
 ROWS_P = 16
 # Rows a 4-bit linear takes through _rows_q4_kernel, padded to 16, 32 or 64 (its codes read once
-# for all of them); more rows (a longer prompt's) dequantise it whole for cuBLAS. 16-bit
-# linears take up to KernelConfig.rows_max rows the same way, more go to cuBLAS.
+# for all of them), from KernelConfig.q4_rows_min (fewer run the step's 4-bit GEMV once a row);
+# more rows (a longer prompt's) dequantise it whole for cuBLAS. 16-bit linears take up to
+# KernelConfig.rows_max rows the same way, more go to cuBLAS.
 Q4_ROWS = 64
 
 
 def _rows_path(x: torch.Tensor, w, config: KernelConfig) -> str:
-    # 'rows' (the 16-bit rows kernels), 'q4' (_rows_q4_kernel) or 'dense' (ops_torch's matrix
-    # product on the float weight, a 4-bit one dequantised by dequantize: cuBLAS). A 4-bit
-    # tile lies in one group and gives tl.dot 16 inputs or more.
+    # 'rows' (the 16-bit rows kernels), 'q4' (_rows_q4_kernel), 'q4_each' (the step's 4-bit
+    # GEMV once a row) or 'dense' (ops_torch's matrix product on the float weight, a 4-bit one
+    # dequantised by dequantize: cuBLAS). A 4-bit tile lies in one group and gives tl.dot 16
+    # inputs or more.
     if isinstance(w, PackedLinear):
+        if x.shape[0] < config.q4_rows_min:
+            return 'q4_each'
         return 'q4' if x.shape[0] <= Q4_ROWS and w.group_size % 16 == 0 else 'dense'
     return 'rows' if x.shape[0] <= config.rows_max else 'dense'
 
@@ -1320,6 +1325,10 @@ def rows_rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w, bias: Optional[tor
         return ops_torch.rms_matvec(x, norm_w, w, bias, eps, out, dense=dense)
     n, k = w.shape
     y = torch.empty(x.shape[0], n, device=x.device, dtype=torch.float32) if out is None else out
+    if path == 'q4_each':
+        for x_row, y_row in zip(x, y):
+            _q4_gemv(w, x_row, y_row, norm_w, bias, eps, 'rms_matvec', config)
+        return y
     if path == 'q4':
         _rows_q4(w, x, y, norm_w, bias, eps, 'rows_rms_matvec', config)
         return y
@@ -1336,6 +1345,10 @@ def rows_matvec_add(x: torch.Tensor, a: torch.Tensor, w,
     path = _rows_path(x, w, config)
     if path == 'dense':
         ops_torch.matvec_add(x, a, w, dense=dense)
+        return
+    if path == 'q4_each':
+        for x_row, a_row in zip(x, a):
+            _q4_gemv(w, a_row, x_row, None, None, 0.0, 'matvec_add', config, accumulate=True)
         return
     if path == 'q4':
         _rows_q4(w, a, x, None, None, 0.0, 'rows_matvec_add', config, accumulate=True)
@@ -1371,6 +1384,10 @@ def rows_gate_up(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up, eps: float, g
         return op(x, norm_w, w_gate_up, eps, dense=dense)
     n2, k = w_gate_up.shape
     y = torch.empty(x.shape[0], n2 // 2, device=x.device, dtype=torch.float32)
+    if path == 'q4_each':
+        for x_row, y_row in zip(x, y):
+            _q4_gemv(w_gate_up, x_row, y_row, norm_w, None, eps, 'gate_up', config, gelu=gelu)
+        return y
     if path == 'q4':
         _rows_q4(w_gate_up, x, y, norm_w, None, eps, 'rows_gate_up', config, gelu=gelu)
         return y

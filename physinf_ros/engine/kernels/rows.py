@@ -6,8 +6,10 @@ decode_layers, unchanged, runs over rows: a speculative verify step (the pending
 drafted tokens at consecutive positions) or a short prompt's prefill. Each op is the ops
 module's rows_ twin, which reads each weight once for all rows: on CUDA up to ops_triton.ROWS_P
 rows meet each weight tile in one product (norm, activation and residual fused as in the
-step's kernels), more rows go to cuBLAS; a 4-bit linear's codes are read once for up to
-ops_triton.Q4_ROWS rows and dequantised in registers, more rows dequantise it whole for cuBLAS.
+step's kernels), more rows go to cuBLAS; a 4-bit linear's codes are read once for
+KernelConfig.q4_rows_min to ops_triton.Q4_ROWS rows and dequantised in registers, fewer rows
+(a short verify step) take the step's 4-bit GEMV once a row, more dequantise it whole for
+cuBLAS.
 Attention is rows_rope_attention: every row stores its key and value at pos[j], then row j
 attends over 0..pos[j], so the rows see each other causally, as a prefill's would.
 Shapes depend on n only, so a verify step is captured once per n.

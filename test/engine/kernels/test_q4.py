@@ -137,17 +137,30 @@ def test_dequantize_kernel_gives_the_packed_linears_dense_weight(dtype, group_si
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize('rows', [1, 5, 16, 40, 65])   # 40: 64 padded rows; 65: dequantised
-def test_4bit_gemvs_over_rows_are_the_step_ops_row_by_row(dtype, rows):
-    # Each code word read once for every row (_rows_q4_kernel, up to Q4_ROWS rows), past that
-    # the linear dequantised whole for one matrix product; norm, bias, both activations and the
-    # residual (split K) as the one-row ops apply them.
+@pytest.mark.parametrize('q4_rows_min', [1, KernelConfig().q4_rows_min])
+def test_4bit_gemvs_over_rows_are_the_step_ops_row_by_row(dtype, rows, q4_rows_min):
+    # Each code word read once for every row (_rows_q4_kernel, from q4_rows_min to Q4_ROWS
+    # rows; fewer rows take the step's GEMV once a row), past that the linear dequantised whole
+    # for one matrix product; norm, bias, both activations and the residual (split K) as the
+    # one-row ops apply them.
     x, a = torch.randn(rows, 256, device=DEVICE), torch.randn(rows, 160, device=DEVICE)
     norm = torch.randn(256, device=DEVICE).to(dtype)
     bias = torch.randn(96, device=DEVICE).to(dtype)
     qkv = packed(96, 256, 64, dtype, asymmetric=True)
     gate_up, down = packed(2 * 72, 256, 32, dtype, seed=3), packed(64, 160, 32, dtype, seed=5)
+    config = KernelConfig(q4_rows_min=q4_rows_min)
+    assert ops_triton._rows_path(x, qkv, config) == (
+        'q4_each' if rows < q4_rows_min else 'q4' if rows <= ops_triton.Q4_ROWS else 'dense')
     assert_rows_gemvs_are_row_by_row(x, a, norm, qkv, bias, gate_up, down,
-                                     torch.randn(64, device=DEVICE).to(dtype), TOL[dtype])
+                                     torch.randn(64, device=DEVICE).to(dtype), TOL[dtype],
+                                     config)
+
+
+def test_q4_rows_min_is_a_kernel_setting_for_an_ab():
+    assert KernelConfig().with_flag('Q4_ROWS_MIN', '1').q4_rows_min == 1
+    assert KernelConfig(q4_rows_min=5).facts()['q4_rows_min'] == 5
+    with pytest.raises(ValueError, match='q4_rows_min is 1'):
+        KernelConfig(q4_rows_min=0)
 
 
 def test_4bit_prompt_on_the_dequantize_kernel_is_the_torch_prompt(tmp_path):
