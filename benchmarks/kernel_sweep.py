@@ -126,9 +126,10 @@ def sweep_gemv(kind, n, k, copies, device, dtype, base_config: KernelConfig, row
     base = base[len(prefix):]
     lead = (rows_in,) if prefix else ()
     # The Triton 4-bit kinds are timed with the CUDA kernels switched off; the rows kernels
-    # take all the rows (a 16-bit one past 16 only where rows_max lets it).
+    # take all the rows (a 16-bit one past 16 only where rows_max lets it, a 4-bit one below
+    # q4_rows_min too, which would run the step's GEMV once a row).
     base_config = replace(base_config, q4_cuda=kind.endswith('_q4cuda'),
-                          rows_max=max(base_config.rows_max, min(rows_in, 64)))
+                          rows_max=max(base_config.rows_max, min(rows_in, 64)), q4_rows_min=1)
     rows = 2 * n if base == 'gate_up' else n
     weights = [random_weight(kind, rows, k, device, dtype) for _ in range(copies)]
     x = torch.randn(*lead, k, device=device)
