@@ -132,6 +132,19 @@ def variants():
         out.append((ops_triton._rows_attn_reduce_kernel,
                     {'MAXS': F32, 'SUMS': F32, 'ACCS': F32, 'OUT': F32},
                     {'D': dim, 'SPLITS': 32}))
+    # A long prompt's fused kernels (ops_triton.PROMPT): the residual's norm (bf16 weights,
+    # and Gemma 3's float32 ones rounded to bf16), RoPE of the q heads, both activations.
+    for weight in (BF, F32):
+        out.append((ops_triton._prompt_norm_kernel,
+                    {'X': F32, 'W': weight, 'Y': BF, 'H': 'i32', 'inner': 'i32',
+                     'outer_stride': 'i32', 'inner_stride': 'i32', 'eps': 'fp32'},
+                    {'BLOCK': 4096, 'WDTYPE': tl.bfloat16 if weight == BF else tl.float32}))
+    out.append((ops_triton._prompt_rotate_kernel,
+                {'X': BF, 'COS': F32, 'SIN': F32, 'Y': BF, 'heads': 'i32',
+                 'token_stride': 'i32'}, {'D': 128}))
+    for blocked, gelu in ((True, False), (False, True)):
+        out.append((ops_triton._prompt_gated_kernel, {'Y': BF, 'OUT': BF, 'N': 'i32'},
+                    {'ROW_BLOCK': 8, 'BLOCKED': blocked, 'GELU': gelu, 'BLOCK': 1024}))
     # The step's first and last kernels, with the clock they time the step by.
     reply = {'CLOCK': '*i64', 'HOST_OUT': '*i64', 'ROWS': 'i32'}
     out.append((ops_triton._greedy_finish_kernel, {'PACKED': '*i64', 'TOKEN': '*i64',

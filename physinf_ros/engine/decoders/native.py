@@ -313,7 +313,7 @@ class NativeDecoder:
             ids = torch.tensor(new, dtype=torch.long, device=self.device)
             self.logits.copy_(families.prefill(self.family, self.weights, self.cache, ids,
                                                self.cos, self.sin, start=keep,
-                                               dense=self.ops.dense))
+                                               ops=self.ops.prompt))
         logits = self.logits
         if allowed is not None:
             logits = mask_logits(logits, self._load_allowed())
@@ -549,6 +549,6 @@ class NativeDecoder:
         self._position = len(token_ids)
         ids = torch.tensor(list(token_ids), dtype=torch.long, device=self.device)
         logits = self.family.prompt_logits(self.weights, self.cache, ids, self.cos, self.sin,
-                                           dense=self.ops.dense)
+                                           ops=self.ops.prompt)
         self._held = list(token_ids)
         return logits

@@ -10,9 +10,8 @@ from typing import Optional, Tuple
 
 import torch
 
-from ..model.llama import gelu_gate_up, rms_norm, silu_gate_up
+from ..model.llama import PromptOps, rms_norm, TORCH_PROMPT
 from ..sampling import mask_logits
-from ..weights.gptq import dense
 
 # A family's q and k head norms for rope_attention: (q_norm, k_norm, eps).
 HeadNorms = Tuple[torch.Tensor, torch.Tensor, float]
@@ -25,14 +24,16 @@ def embed(table: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
 
 def rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor,
                bias: Optional[torch.Tensor], eps: float,
-               out: Optional[torch.Tensor] = None, dense=dense) -> torch.Tensor:
+               out: Optional[torch.Tensor] = None,
+               prompt: PromptOps = TORCH_PROMPT) -> torch.Tensor:
     """
     Return w @ rms_norm(x) (+ bias) as float32 [N], into out when given.
 
-    dense makes a 4-bit linear a float weight here and below (ops_triton passes its kernel's).
+    prompt does the work besides the matrix product here and below, and makes a 4-bit linear a
+    float weight (ops_triton passes its kernels', ops_triton.PROMPT, for a prompt's rows).
     """
-    w = dense(w)
-    y = torch.nn.functional.linear(rms_norm(x, norm_w, eps).to(w.dtype), w, bias).float()
+    w = prompt.dense(w)
+    y = torch.nn.functional.linear(prompt.norm(x, norm_w, eps, w.dtype), w, bias).float()
     return y if out is None else out.copy_(y)
 
 
@@ -65,10 +66,15 @@ def step_end(token: torch.Tensor, pos: torch.Tensor, host_out: torch.Tensor) -> 
 
 
 def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up: torch.Tensor,
-                     eps: float, dense=dense) -> torch.Tensor:
+                     eps: float, prompt: PromptOps = TORCH_PROMPT) -> torch.Tensor:
     """Return silu(gate) * up for gate, up = w_gate_up @ rms_norm(x), float32 [I]."""
-    y = torch.nn.functional.linear(rms_norm(x, norm_w, eps), dense(w_gate_up))
-    return silu_gate_up(y, w_gate_up).float()
+    return _gate_up(x, norm_w, w_gate_up, eps, False, prompt)
+
+
+def _gate_up(x, norm_w, w_gate_up, eps, gelu, prompt):
+    w = prompt.dense(w_gate_up)
+    y = torch.nn.functional.linear(prompt.norm(x, norm_w, eps, w.dtype), w)
+    return prompt.gated(y, w_gate_up, gelu).float()
 
 
 def head_norm(qkv: torch.Tensor, q_norm: torch.Tensor, k_norm: torch.Tensor, num_heads: int,
@@ -90,24 +96,23 @@ def head_norm(qkv: torch.Tensor, q_norm: torch.Tensor, k_norm: torch.Tensor, num
 
 
 def rms_gate_up_gelu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up: torch.Tensor,
-                     eps: float, dense=dense) -> torch.Tensor:
+                     eps: float, prompt: PromptOps = TORCH_PROMPT) -> torch.Tensor:
     """Return gelu_tanh(gate) * up for gate, up = w_gate_up @ rms_norm(x), float32 [I]."""
-    w = dense(w_gate_up)
-    y = torch.nn.functional.linear(rms_norm(x, norm_w, eps).to(w.dtype), w)
-    return gelu_gate_up(y, w_gate_up).float()
+    return _gate_up(x, norm_w, w_gate_up, eps, True, prompt)
 
 
 def matvec_norm_add(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor, norm_w: torch.Tensor,
-                    eps: float, dense=dense) -> None:
+                    eps: float, prompt: PromptOps = TORCH_PROMPT) -> None:
     """Add rms_norm(w @ a) into x in place: Gemma 3's residual, normed after the sublayer."""
-    w = dense(w)
+    w = prompt.dense(w)
     y = torch.nn.functional.linear(a.to(w.dtype), w)
-    x += rms_norm(y, norm_w, eps).to(w.dtype).float()
+    x += prompt.norm(y, norm_w, eps, w.dtype)   # rounded to the model dtype, added in float32
 
 
-def matvec_add(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor, dense=dense) -> None:
+def matvec_add(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor,
+               prompt: PromptOps = TORCH_PROMPT) -> None:
     """Add w @ a into x in place (the residual connection)."""
-    x += torch.nn.functional.linear(a.to(w.dtype), dense(w)).float()
+    x += torch.nn.functional.linear(a.to(w.dtype), prompt.dense(w)).float()
 
 
 def _rope_and_cache(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -178,3 +183,5 @@ rows_gate_up_silu = rms_gate_up_silu
 rows_gate_up_gelu = rms_gate_up_gelu
 rows_matvec_add = matvec_add
 rows_matvec_norm_add = matvec_norm_add
+# A long prompt's forward besides its matrix products: llama's PyTorch functions.
+prompt = TORCH_PROMPT

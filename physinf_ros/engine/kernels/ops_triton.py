@@ -47,7 +47,7 @@ from . import attention_cuda, ops_torch, q4_cuda
 from .config import DEFAULT_CONFIG, INTERPRET, KernelConfig
 from .ops_torch import HeadNorms
 from .shapes import GemvConfig
-from ..model.llama import gate_up_block
+from ..model.llama import gate_up_block, PromptOps
 from ..weights.gptq import PackedLinear
 
 _PDL = {}   # device index -> launch with PDL (Hopper and later, never in the interpreter)
@@ -1280,6 +1280,116 @@ def dense(w) -> torch.Tensor:
     return dequantize(w) if isinstance(w, PackedLinear) else w
 
 
+@triton.jit
+def _prompt_norm_kernel(X, W, Y, H, inner, outer_stride, inner_stride, eps,
+                        BLOCK: tl.constexpr, WDTYPE: tl.constexpr):
+    # One row of H values (row = outer * inner + i, at outer * outer_stride + i * inner_stride
+    # of X) normed as llama.norm_to: in float32, rounded to the weight's dtype WDTYPE, times the
+    # weight, the product rounded to WDTYPE, then to Y's dtype.
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < H
+    src = X + (row // inner) * outer_stride + (row % inner) * inner_stride
+    x = tl.load(src + cols, mask=mask, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / H + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    y = ((x * rstd).to(WDTYPE).to(tl.float32) * w).to(WDTYPE)
+    tl.store(Y + row * H + cols, y.to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _prompt_rotate_kernel(X, COS, SIN, Y, heads, token_stride, D: tl.constexpr):
+    # Head h of token t (rows of X token_stride apart, heads D apart) rotated as llama._rotate:
+    # pairs (d, d + D/2) in float32 with the token's row of the tables, rounded to Y's dtype.
+    t = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    d = tl.arange(0, D)
+    half = d % (D // 2)
+    src = X + t * token_stride + h * D
+    x = tl.load(src + d).to(tl.float32)
+    partner = tl.load(src + (d + D // 2) % D).to(tl.float32)
+    cos = tl.load(COS + t * (D // 2) + half)
+    sin = tl.load(SIN + t * (D // 2) + half)
+    y = tl.where(d < D // 2, x * cos - partner * sin, x * cos + partner * sin)
+    tl.store(Y + (t * heads + h) * D + d, y.to(Y.dtype.element_ty))
+
+
+@triton.jit
+def _prompt_gated_kernel(Y, OUT, N, ROW_BLOCK: tl.constexpr, BLOCKED: tl.constexpr,
+                         GELU: tl.constexpr, BLOCK: tl.constexpr):
+    # act(gate) * up of one row of y [n, 2 N] as llama.silu_gate_up / gelu_gate_up round it:
+    # the activation rounded to the dtype, the product rounded again. BLOCKED: a dense
+    # gate/up's layout (llama.fuse_gate_up: ROW_BLOCK gate columns, then the same up ones);
+    # else a 4-bit one's, [gate; up].
+    row = tl.program_id(0).to(tl.int64)
+    j = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = j < N
+    if BLOCKED:
+        gate_at = (j // ROW_BLOCK) * 2 * ROW_BLOCK + j % ROW_BLOCK
+        up_at = gate_at + ROW_BLOCK
+    else:
+        gate_at = j
+        up_at = j + N
+    src = Y + row * 2 * N
+    gate = tl.load(src + gate_at, mask=mask, other=0.0).to(tl.float32)
+    up = tl.load(src + up_at, mask=mask, other=0.0).to(tl.float32)
+    dtype = OUT.dtype.element_ty
+    if GELU:   # gelu's tanh form as _gated: 0.5 g (1 + tanh(u)) = g sigmoid(2 u)
+        act = gate * tl.sigmoid(1.5957691216057308 * (gate + 0.044715 * gate * gate * gate))
+    else:
+        act = gate * tl.sigmoid(gate)
+    tl.store(OUT + row * N + j, (act.to(dtype).to(tl.float32) * up).to(dtype), mask=mask)
+
+
+def prompt_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
+                dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """
+    Return llama.norm_to(x, weight, eps, dtype), in one kernel.
+
+    x [..., H] is a prompt's residual, or its q or k heads [n, heads, D] as views of the QKV
+    product (read in place).
+    """
+    h = x.shape[-1]
+    if x.stride(-1) != 1 or x.dim() > 3:
+        x = x.contiguous()
+    view = x.reshape(1, 1, h) if x.dim() == 1 else x if x.dim() == 3 else x[:, None]
+    outer, inner = view.shape[0], view.shape[1]
+    y = torch.empty(x.shape, device=x.device, dtype=weight.dtype if dtype is None else dtype)
+    block = triton.next_power_of_2(h)
+    _prompt_norm_kernel[(outer * inner,)](view, weight, y, h, inner, view.stride(0),
+                                          view.stride(1), eps, BLOCK=block,
+                                          WDTYPE=_TL_DTYPES[weight.dtype],
+                                          num_warps=min(16, max(1, block // 256)))
+    return y
+
+
+def prompt_rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """llama.rotate_heads in one kernel: heads x [n, heads, D], tables' rows cos, sin [n, D/2]."""
+    n, heads, dim = x.shape
+    if x.stride(2) != 1 or x.stride(1) != dim:
+        x = x.contiguous()
+    y = torch.empty(n, heads, dim, device=x.device, dtype=x.dtype)
+    _prompt_rotate_kernel[(n, heads)](x, cos.contiguous(), sin.contiguous(), y, heads,
+                                      x.stride(0), D=dim, num_warps=1 if dim <= 128 else 2)
+    return y
+
+
+def prompt_gated(y: torch.Tensor, w_gate_up, gelu: bool) -> torch.Tensor:
+    """llama.gated in one kernel: act(gate) * up [n, I] of y [n, 2 I], in y's dtype."""
+    y = y.contiguous()
+    n, i = y.shape[0], y.shape[-1] // 2
+    out = torch.empty(*y.shape[:-1], i, device=y.device, dtype=y.dtype)
+    block = min(1024, triton.next_power_of_2(i))
+    _prompt_gated_kernel[(n, triton.cdiv(i, block))](
+        y, out, i, ROW_BLOCK=gate_up_block(i), BLOCKED=not isinstance(w_gate_up, PackedLinear),
+        GELU=gelu, BLOCK=block, num_warps=4)
+    return out
+
+
+# A prompt's forward on these kernels (llama.PromptOps): each op one kernel.
+PROMPT = PromptOps(dense=dense, norm=prompt_norm, rotate=prompt_rotate, gated=prompt_gated)
+
+
 def _rows_q4(w: PackedLinear, x, y, norm_w, bias, eps, kind: str, config: KernelConfig,
              accumulate: bool = False, gelu: bool = False) -> None:
     n, k = w.shape
@@ -1322,7 +1432,7 @@ def rows_rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w, bias: Optional[tor
     """rms_matvec for rows x [n, K]: float32 [n, N], each weight read once for all rows."""
     path = _rows_path(x, w, config)
     if path == 'dense':
-        return ops_torch.rms_matvec(x, norm_w, w, bias, eps, out, dense=dense)
+        return ops_torch.rms_matvec(x, norm_w, w, bias, eps, out, PROMPT)
     n, k = w.shape
     y = torch.empty(x.shape[0], n, device=x.device, dtype=torch.float32) if out is None else out
     if path == 'q4_each':
@@ -1344,7 +1454,7 @@ def rows_matvec_add(x: torch.Tensor, a: torch.Tensor, w,
     """matvec_add for rows: x[j] += w @ a[j] in place, each weight read once for all rows."""
     path = _rows_path(x, w, config)
     if path == 'dense':
-        ops_torch.matvec_add(x, a, w, dense=dense)
+        ops_torch.matvec_add(x, a, w, PROMPT)
         return
     if path == 'q4_each':
         for x_row, a_row in zip(x, a):
@@ -1364,7 +1474,7 @@ def rows_matvec_norm_add(x: torch.Tensor, a: torch.Tensor, w, norm_w: torch.Tens
                          config: KernelConfig = DEFAULT_CONFIG) -> None:
     """matvec_norm_add for rows: x[j] += rms_norm(w @ a[j]) * norm_w (Gemma 3), in place."""
     if _rows_path(x, w, config) == 'dense':
-        ops_torch.matvec_norm_add(x, a, w, norm_w, eps, dense=dense)
+        ops_torch.matvec_norm_add(x, a, w, norm_w, eps, PROMPT)
         return
     h = w.shape[0]
     y = torch.zeros(x.shape[0], h, device=x.device, dtype=torch.float32)
@@ -1381,7 +1491,7 @@ def rows_gate_up(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up, eps: float, g
     path = _rows_path(x, w_gate_up, config)
     if path == 'dense':
         op = ops_torch.rms_gate_up_gelu if gelu else ops_torch.rms_gate_up_silu
-        return op(x, norm_w, w_gate_up, eps, dense=dense)
+        return op(x, norm_w, w_gate_up, eps, PROMPT)
     n2, k = w_gate_up.shape
     y = torch.empty(x.shape[0], n2 // 2, device=x.device, dtype=torch.float32)
     if path == 'q4_each':
@@ -1449,6 +1559,8 @@ def rows_rope_attention(qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor,
 class KernelOps:
     """The decode step's ops (the interface of ops_torch) on the kernels, bound to one config."""
 
+    prompt = PROMPT   # a long prompt's forward besides its matrix products
+
     def __init__(self, config: KernelConfig):
         self.config = config
         # device -> (greedy_head's argmax slot, the step's clock), kept for captured graphs
@@ -1461,9 +1573,6 @@ class KernelOps:
 
     def embed(self, table, token):
         return embed(table, token, self._slots_on(table.device)[1])
-
-    def dense(self, w):
-        return dense(w)
 
     def rms_matvec(self, x, norm_w, w, bias, eps, out=None):
         return rms_matvec(x, norm_w, w, bias, eps, out, self.config)

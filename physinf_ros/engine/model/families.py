@@ -15,7 +15,6 @@ import torch
 from . import gemma3, llama, phi3, qwen3, smollm3
 from .config import ARCHS, FAMILIES, ModelConfig
 from .llama import KVCache, Weights
-from ..weights import gptq
 
 MODULES = {'llama': llama, 'qwen3': qwen3, 'smollm3': smollm3, 'phi3': phi3,
            'gemma3': gemma3}
@@ -29,15 +28,16 @@ def module(config: ModelConfig) -> ModuleType:
 
 def prefill(family: ModuleType, w: Weights, cache: KVCache, ids: torch.Tensor,
             cos: torch.Tensor, sin: torch.Tensor, start: int = 0,
-            dense=gptq.dense) -> torch.Tensor:
+            ops: llama.PromptOps = llama.TORCH_PROMPT) -> torch.Tensor:
     """
     Run prompt ids [n] from position start, fill the cache, return float32 logits [vocab].
 
     start > 0 continues a sequence whose first start tokens' keys and values the cache holds
-    (where the family's REUSES_PREFIX allows it); dense makes a 4-bit linear a float weight.
+    (where the family's REUSES_PREFIX allows it); ops does the work besides the matrix
+    products and makes a 4-bit linear a float weight (llama.PromptOps).
     """
     return family.prompt_logits(w, cache, ids, cos, sin, last_only=True, start=start,
-                                dense=dense)[0]
+                                ops=ops)[0]
 
 
 def supported(hf: dict) -> Optional[str]:

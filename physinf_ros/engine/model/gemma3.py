@@ -19,9 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from .config import ModelConfig
-from .llama import (_rotate, attend_prompt, gelu_gate_up, inverse_frequencies, KVCache, Linear,
-                    rms_norm, StateReader, table, Weights)
-from ..weights.gptq import dense
+from .llama import (attend_prompt, inverse_frequencies, KVCache, Linear, PromptOps, StateReader,
+                    table, TORCH_PROMPT, Weights)
 
 __all__ = ['decode_layers', 'from_state_dict', 'KVCache', 'prompt_logits',
            'rope_tables']
@@ -118,32 +117,33 @@ REUSES_PREFIX = True   # a prefill may start after a prefix the cache holds (lla
 @torch.inference_mode()
 def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
                   sin: torch.Tensor, last_only: bool = False, start: int = 0,
-                  dense=dense) -> torch.Tensor:
+                  ops: PromptOps = TORCH_PROMPT) -> torch.Tensor:
     """Float32 logits [n, vocab] of each position of ids [n] from start (llama's)."""
     c = w.config
     n = ids.shape[0]
     end = start + n
     dtype = w.embed.dtype
+    dense = ops.dense
 
-    def norm(x, weight):
-        return rms_norm(x, weight, c.rms_norm_eps).to(dtype)
+    def norm(x, weight):   # float32 (1 + weight), the product rounded to the model dtype
+        return ops.norm(x, weight, c.rms_norm_eps, dtype)
 
     x = (w.embed[ids] * embed_scale(c, dtype)).float()            # [n, H] residual
     row = torch.arange(start, end, device=ids.device)[:, None]     # the queries' positions
     key = torch.arange(end, device=ids.device)[None, :]
     sliding = (key <= row) & (key > row - c.sliding_window)
     for i, (layer, (kind, window)) in enumerate(zip(w.layers, layer_kinds(c))):
-        cos_n, sin_n = cos[kind, start:end][:, None], sin[kind, start:end][:, None]
+        cos_n, sin_n = cos[kind, start:end], sin[kind, start:end]
         qkv = F.linear(norm(x, layer.attn_norm), dense(layer.wqkv), layer.bqkv)
         q, k, v = qkv.split([c.q_size, c.kv_size, c.kv_size], dim=-1)
         q = norm(q.view(n, c.num_heads, c.head_dim), layer.q_norm)
         k = norm(k.view(n, c.num_kv_heads, c.head_dim), layer.k_norm)
-        attn = attend_prompt(c, cache, i, _rotate(q, cos_n, sin_n), _rotate(k, cos_n, sin_n),
-                             v.view(n, c.num_kv_heads, c.head_dim),
+        attn = attend_prompt(c, cache, i, ops.rotate(q, cos_n, sin_n),
+                             ops.rotate(k, cos_n, sin_n), v.view(n, c.num_kv_heads, c.head_dim),
                              sliding if window else None, start)
         x += norm(F.linear(attn, dense(layer.wo)), layer.post_attn_norm)
-        h = gelu_gate_up(F.linear(norm(x, layer.mlp_norm), dense(layer.w_gate_up)),
-                         layer.w_gate_up)
+        h = ops.gated(F.linear(norm(x, layer.mlp_norm), dense(layer.w_gate_up)),
+                      layer.w_gate_up, True)
         x += norm(F.linear(h, dense(layer.w_down)), layer.post_mlp_norm)
     hidden = norm(x[-1:] if last_only else x, w.norm)
     return F.linear(hidden, w.lm_head).float()

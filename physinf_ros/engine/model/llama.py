@@ -14,7 +14,7 @@ kept in float32 whatever the weight dtype.
 from dataclasses import dataclass
 import math
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 from torch.nn.attention.bias import causal_lower_right
@@ -316,6 +316,42 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
 
 
+def norm_to(x: torch.Tensor, weight: torch.Tensor, eps: float,
+            dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """Return rms_norm(x, weight, eps), in dtype where given (Gemma 3's float32 weights)."""
+    y = rms_norm(x, weight, eps)
+    return y if dtype is None else y.to(dtype)
+
+
+def rotate_heads(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Return heads x [n, heads, D] rotated by RoPE's rows cos, sin [n, D / 2], in x's dtype."""
+    return _rotate(x, cos[:, None], sin[:, None])
+
+
+def gated(y: torch.Tensor, w_gate_up: Linear, gelu: bool) -> torch.Tensor:
+    """Return act(gate) * up of y = x @ w_gate_up.T: GeGLU where gelu, else SwiGLU."""
+    return gelu_gate_up(y, w_gate_up) if gelu else silu_gate_up(y, w_gate_up)
+
+
+@dataclass(frozen=True)
+class PromptOps:
+    """
+    How a prompt's forward does its work besides the matrix products.
+
+    These PyTorch functions on any device, or on CUDA ops_triton's fused kernels of the same
+    contract (KernelOps.prompt: one kernel for each, where these take several passes over the
+    prompt's rows).
+    """
+
+    dense: Callable = dense            # a 4-bit linear as its float weight (gptq.dense)
+    norm: Callable = norm_to           # (x, weight, eps, dtype=None)
+    rotate: Callable = rotate_heads    # (x [n, heads, D], cos [n, D / 2], sin [n, D / 2])
+    gated: Callable = gated            # (y, w_gate_up, gelu)
+
+
+TORCH_PROMPT = PromptOps()
+
+
 # Prefix reuse (a prefill from start > 0 over a cache that holds the sequence's first start
 # tokens) is exact for this family and those built on its prompt path.
 REUSES_PREFIX = True
@@ -324,17 +360,18 @@ REUSES_PREFIX = True
 @torch.inference_mode()
 def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
                   sin: torch.Tensor, last_only: bool = False, start: int = 0,
-                  dense=dense) -> torch.Tensor:
+                  ops: PromptOps = TORCH_PROMPT) -> torch.Tensor:
     """
     Run ids [n] from position start and fill the cache; float32 logits [n, vocab] of each.
 
     Each row is the prediction for the next token (teacher forcing); last_only keeps one row.
     The cache's first start positions must hold this sequence's earlier tokens (a reused
-    prefix): the new tokens attend to them and to each other. dense makes a 4-bit linear a
-    float weight (gptq.dense; on CUDA the decoder passes its kernel's, ops_triton.dense).
+    prefix): the new tokens attend to them and to each other. ops does the work besides the
+    matrix products and makes a 4-bit linear a float weight (TORCH_PROMPT's PyTorch functions;
+    on CUDA the decoder passes its kernels', KernelOps.prompt).
     """
     return prompt_logits_by_layer(w, cache, ids, [(cos, sin)] * len(w.layers), last_only,
-                                  start, dense)
+                                  start, ops)
 
 
 def attend_prompt(c: ModelConfig, cache: KVCache, i: int, q: torch.Tensor, k: torch.Tensor,
@@ -366,27 +403,28 @@ def attend_prompt(c: ModelConfig, cache: KVCache, i: int, q: torch.Tensor, k: to
 
 def prompt_logits_by_layer(w: Weights, cache: KVCache, ids: torch.Tensor, tables: list,
                            last_only: bool = False, start: int = 0,
-                           dense=dense) -> torch.Tensor:
+                           ops: PromptOps = TORCH_PROMPT) -> torch.Tensor:
     """prompt_logits with layer i's rotary tables cos, sin [T, head_dim / 2] in tables[i]."""
     c = w.config
     n = ids.shape[0]
     end = start + n
+    dense = ops.dense
     x = w.embed[ids].float()                                       # [n, H] residual
     for i, layer in enumerate(w.layers):
         cos, sin = tables[i]
-        cos_n, sin_n = cos[start:end][:, None], sin[start:end][:, None]   # over heads
-        qkv = F.linear(rms_norm(x, layer.attn_norm, c.rms_norm_eps), dense(layer.wqkv),
+        cos_n, sin_n = cos[start:end], sin[start:end]
+        qkv = F.linear(ops.norm(x, layer.attn_norm, c.rms_norm_eps), dense(layer.wqkv),
                        layer.bqkv)
         q, k, v = qkv.split([c.q_size, c.kv_size, c.kv_size], dim=-1)
-        q = _rotate(q.view(n, c.num_heads, c.head_dim), cos_n, sin_n)
-        k = _rotate(k.view(n, c.num_kv_heads, c.head_dim), cos_n, sin_n)
+        q = ops.rotate(q.view(n, c.num_heads, c.head_dim), cos_n, sin_n)
+        k = ops.rotate(k.view(n, c.num_kv_heads, c.head_dim), cos_n, sin_n)
         attn = attend_prompt(c, cache, i, q, k, v.view(n, c.num_kv_heads, c.head_dim),
                              start=start)
         x += F.linear(attn, dense(layer.wo))   # in place: one pass, where + .float() took two
-        h = silu_gate_up(F.linear(rms_norm(x, layer.mlp_norm, c.rms_norm_eps),
-                                  dense(layer.w_gate_up)), layer.w_gate_up)
+        h = ops.gated(F.linear(ops.norm(x, layer.mlp_norm, c.rms_norm_eps),
+                               dense(layer.w_gate_up)), layer.w_gate_up, False)
         x += F.linear(h, dense(layer.w_down))
-    hidden = rms_norm(x[-1:] if last_only else x, w.norm, c.rms_norm_eps)
+    hidden = ops.norm(x[-1:] if last_only else x, w.norm, c.rms_norm_eps)
     return F.linear(hidden, w.lm_head).float()
 
 

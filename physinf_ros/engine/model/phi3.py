@@ -126,12 +126,12 @@ REUSES_PREFIX = False
 @torch.inference_mode()
 def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
                   sin: torch.Tensor, last_only: bool = False, start: int = 0,
-                  dense=gptq.dense) -> torch.Tensor:
+                  ops: llama.PromptOps = llama.TORCH_PROMPT) -> torch.Tensor:
     """Float32 logits [n, vocab] of every position of ids [n] from position 0 (start must be 0)."""
     if start:
         raise ValueError('phi3 prompts start at position 0 (REUSES_PREFIX is False)')
     kind = _long(w.config, ids.shape[0])
-    return _logits(w, cache, ids, cos[kind], sin[kind], last_only, dense=dense)
+    return _logits(w, cache, ids, cos[kind], sin[kind], last_only, ops=ops)
 
 
 def decode_layers(w: Weights, cache: KVCache, token: torch.Tensor, pos: torch.Tensor,

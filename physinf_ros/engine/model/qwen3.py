@@ -12,9 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from .config import ModelConfig
-from .llama import (_rotate, attend_prompt, finish, KVCache, Linear, rms_norm, rope_tables,
-                    silu_gate_up, StateReader, Weights)
-from ..weights.gptq import dense
+from .llama import (attend_prompt, finish, KVCache, Linear, PromptOps, rope_tables,
+                    StateReader, TORCH_PROMPT, Weights)
 
 __all__ = ['decode_layers', 'from_state_dict', 'KVCache', 'prompt_logits',
            'rope_tables']
@@ -58,25 +57,26 @@ REUSES_PREFIX = True   # a prefill may start after a prefix the cache holds (lla
 @torch.inference_mode()
 def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
                   sin: torch.Tensor, last_only: bool = False, start: int = 0,
-                  dense=dense) -> torch.Tensor:
+                  ops: PromptOps = TORCH_PROMPT) -> torch.Tensor:
     """Float32 logits [n, vocab] of each position of ids [n] from start (llama's)."""
     c = w.config
     n = ids.shape[0]
+    dense, norm = ops.dense, ops.norm
     x = w.embed[ids].float()                                       # [n, H] residual
-    cos_n, sin_n = cos[start:start + n][:, None], sin[start:start + n][:, None]
+    cos_n, sin_n = cos[start:start + n], sin[start:start + n]
     for i, layer in enumerate(w.layers):
-        qkv = F.linear(rms_norm(x, layer.attn_norm, c.rms_norm_eps), dense(layer.wqkv),
-                       layer.bqkv)
+        qkv = F.linear(norm(x, layer.attn_norm, c.rms_norm_eps), dense(layer.wqkv), layer.bqkv)
         q, k, v = qkv.split([c.q_size, c.kv_size, c.kv_size], dim=-1)
-        q = rms_norm(q.view(n, c.num_heads, c.head_dim), layer.q_norm, c.rms_norm_eps)
-        k = rms_norm(k.view(n, c.num_kv_heads, c.head_dim), layer.k_norm, c.rms_norm_eps)
-        attn = attend_prompt(c, cache, i, _rotate(q, cos_n, sin_n), _rotate(k, cos_n, sin_n),
-                             v.view(n, c.num_kv_heads, c.head_dim), start=start)
+        q = norm(q.view(n, c.num_heads, c.head_dim), layer.q_norm, c.rms_norm_eps)
+        k = norm(k.view(n, c.num_kv_heads, c.head_dim), layer.k_norm, c.rms_norm_eps)
+        attn = attend_prompt(c, cache, i, ops.rotate(q, cos_n, sin_n),
+                             ops.rotate(k, cos_n, sin_n), v.view(n, c.num_kv_heads, c.head_dim),
+                             start=start)
         x += F.linear(attn, dense(layer.wo))
-        h = silu_gate_up(F.linear(rms_norm(x, layer.mlp_norm, c.rms_norm_eps),
-                                  dense(layer.w_gate_up)), layer.w_gate_up)
+        h = ops.gated(F.linear(norm(x, layer.mlp_norm, c.rms_norm_eps), dense(layer.w_gate_up)),
+                      layer.w_gate_up, False)
         x += F.linear(h, dense(layer.w_down))
-    hidden = rms_norm(x[-1:] if last_only else x, w.norm, c.rms_norm_eps)
+    hidden = norm(x[-1:] if last_only else x, w.norm, c.rms_norm_eps)
     return F.linear(hidden, w.lm_head).float()
 
 

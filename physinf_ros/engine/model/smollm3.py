@@ -12,8 +12,7 @@ import torch
 from . import llama
 from .config import ModelConfig
 from .llama import (decode_layers_by_table, from_state_dict, KVCache, prompt_logits_by_layer,
-                    Weights)
-from ..weights import gptq
+                    PromptOps, TORCH_PROMPT, Weights)
 
 __all__ = ['decode_layers', 'from_state_dict', 'KVCache', 'prompt_logits',
            'rope_tables']
@@ -36,10 +35,10 @@ REUSES_PREFIX = True   # a prefill may start after a prefix the cache holds (lla
 @torch.inference_mode()
 def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tensor,
                   sin: torch.Tensor, last_only: bool = False, start: int = 0,
-                  dense=gptq.dense) -> torch.Tensor:
+                  ops: PromptOps = TORCH_PROMPT) -> torch.Tensor:
     """Float32 logits [n, vocab] of each position of ids [n] from start (llama's)."""
     return prompt_logits_by_layer(w, cache, ids, _by_layer(w.config, cos, sin), last_only,
-                                  start, dense)
+                                  start, ops)
 
 
 def decode_layers(w: Weights, cache: KVCache, token: torch.Tensor, pos: torch.Tensor,

@@ -115,7 +115,7 @@ def test_a_failed_prefill_leaves_only_the_kept_prefix_reusable(monkeypatch):
     reply(engine, prompt, max_new_tokens=8)
     original = decoder.family.prompt_logits
 
-    def corrupting(weights, cache, ids, cos, sin, last_only=False, start=0, dense=None):
+    def corrupting(weights, cache, ids, cos, sin, last_only=False, start=0, ops=None):
         # Writes garbage where the new tokens go, as a forward that failed half-way might.
         cache.k[:, :, start:start + len(ids)] = 1e3
         raise RuntimeError('the forward failed')

@@ -9,9 +9,11 @@ each family's whole step.
 from physinf_ros.engine.kernels import ops_torch, ops_triton
 from physinf_ros.engine.kernels.config import KernelConfig
 from physinf_ros.engine.kernels.rows import RowOps
-from physinf_ros.engine.model import families
+from physinf_ros.engine.model import families, llama
 from physinf_ros.engine.model.config import ModelConfig
 from physinf_ros.engine.model.llama import KVCache, rope_tables
+from physinf_ros.engine.weights import gptq
+from physinf_ros.engine.weights.gptq import PackedLinear
 from physinf_ros.engine.weights.source import synthetic_config
 import pytest
 from tiny_models import FAMILY_CASES, tiny_config, twin_caches
@@ -118,6 +120,47 @@ def test_attention_norms_its_heads_inside_the_split(dtype, heads, kv_heads, dim,
             plain = ops_torch.rope_attention(qkv.clone(), pos, cos, sin, caches[0].k[0].clone(),
                                              caches[0].v[0].clone(), heads, None, window)
             assert rel(plain, ref) > 1e-2
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+def test_prompt_kernels_match_the_torch_prompt_ops(dtype):
+    # Each fused prompt kernel against llama's PyTorch function: the residual's norm (in the
+    # weight's dtype, or float32 weights rounded to the model's, Gemma 3), q and k heads normed
+    # and rotated as views of the QKV product, both activations in both gate/up layouts.
+    n, heads, kv_heads, dim, i = 7, 4, 2, 32, 48
+    torch_ops, kernel_ops = llama.TORCH_PROMPT, ops_triton.KernelOps(KernelConfig()).prompt
+    x, weight = rand(n, 96, scale=3.0), rand(96, dtype=dtype) + 1.0
+    for w, out_dtype in ((weight, None), (weight.float(), dtype)):
+        ref = torch_ops.norm(x, w, 1e-6, out_dtype)
+        out = kernel_ops.norm(x, w, 1e-6, out_dtype)
+        assert out.dtype == ref.dtype and rel(out, ref) < TOL[dtype]
+    qkv = rand(n, (heads + 2 * kv_heads) * dim, dtype=dtype, scale=2.0)
+    q = qkv[:, :heads * dim].view(n, heads, dim)   # a view, as the prompt's split gives it
+    q_norm = rand(dim, dtype=dtype) + 1.0
+    assert rel(kernel_ops.norm(q, q_norm, 1e-6), torch_ops.norm(q, q_norm, 1e-6)) < TOL[dtype]
+    cos, sin = rand(n, dim // 2), rand(n, dim // 2)
+    out, ref = kernel_ops.rotate(q, cos, sin), torch_ops.rotate(q, cos, sin)
+    assert out.shape == ref.shape and out.dtype == dtype and rel(out, ref) < TOL[dtype]
+    y = rand(n, 2 * i, dtype=dtype)
+    dense_w = rand(2 * i, 16, dtype=dtype)
+    q = gptq.quantize(rand(2 * i, 64), 32)
+    packed_w = PackedLinear.from_gptq(q['qweight'], q['qzeros'], q['scales'], None, dtype, DEVICE)
+    for w in (dense_w, packed_w):
+        for gelu in (False, True):
+            out, ref = kernel_ops.gated(y, w, gelu), torch_ops.gated(y, w, gelu)
+            assert out.dtype == dtype and rel(out, ref) < TOL[dtype], (type(w), gelu)
+
+
+@pytest.mark.parametrize('name', sorted(FAMILY_CASES))
+def test_prompt_of_each_family_on_the_prompt_kernels(name):
+    # A whole prompt of each family with the fused prompt kernels (what a CUDA decoder passes)
+    # gives the logits and cache of the PyTorch functions.
+    family, weights, cos, sin, caches, prompt = prefilled(name)
+    ops = ops_triton.KernelOps(KernelConfig()).prompt
+    ref = family.prompt_logits(weights, caches[0], prompt, cos, sin)
+    out = family.prompt_logits(weights, caches[1], prompt, cos, sin, ops=ops)
+    assert rel(out, ref) < 1e-5
+    assert rel(caches[1].k, caches[0].k) < 1e-5 and rel(caches[1].v, caches[0].v) < 1e-5
 
 
 def prefilled(name):
