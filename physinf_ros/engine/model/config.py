@@ -33,6 +33,9 @@ DEFAULTS = {
 }
 QK_NORM = ('qwen3', 'gemma3_text')         # RMSNorm of each q and k head before RoPE
 ACTIVATIONS = {'silu': 'silu', 'gelu_pytorch_tanh': 'gelu_tanh'}
+# Head sizes our kernels take: their tiles span a head in powers of two (tl.arange), and
+# tl.dot's products want 16 columns at least. Every published shape's is 64, 128 or 256.
+HEAD_DIMS = (16, 32, 64, 128, 256)
 
 
 def _hashable(value):
@@ -152,11 +155,15 @@ class ModelConfig:
         if act not in ACTIVATIONS:
             raise ValueError(f'activation {act!r} is not supported ({", ".join(ACTIVATIONS)})')
         heads = hf['num_attention_heads']
+        head_dim = hf.get('head_dim') or hf['hidden_size'] // heads
+        if head_dim not in HEAD_DIMS:
+            raise ValueError(f'head size {head_dim} is not supported: our kernels take heads of '
+                             f'{", ".join(map(str, HEAD_DIMS))} (Phi-3.5-mini\'s 96 is not one)')
         return cls(
             model_type=model_type, vocab_size=hf['vocab_size'], hidden_size=hf['hidden_size'],
             intermediate_size=hf['intermediate_size'], num_layers=layers,
             num_heads=heads, num_kv_heads=hf.get('num_key_value_heads') or heads,
-            head_dim=hf.get('head_dim') or hf['hidden_size'] // heads,
+            head_dim=head_dim,
             rms_norm_eps=float(hf.get('rms_norm_eps', 1e-6)), rope_theta=theta,
             rope_scaling=_scaling(hf, rope),
             tie_word_embeddings=bool(hf.get('tie_word_embeddings', False)),

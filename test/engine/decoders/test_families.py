@@ -187,6 +187,19 @@ def test_gemma_settings_our_forward_lacks_are_refused(key, value):
         ModelConfig.from_hf(hf)
 
 
+def test_a_head_size_our_kernels_lack_is_refused_and_auto_runs_it_on_hf():
+    # Phi-3.5-mini's shape: 3072 wide, 32 heads of 96; the kernels' tiles take powers of two.
+    hf = dict(synthetic_config('phi-4-mini'), num_attention_heads=32, num_key_value_heads=32,
+              hidden_size=3072, head_dim=96)
+    with pytest.raises(ValueError, match='head size 96 is not supported'):
+        ModelConfig.from_hf(hf)
+    lines = []
+    assert pick_backend('auto', torch.device('cuda'), None, lines.append, hf) == 'hf'
+    assert len(lines) == 1 and 'head size 96' in lines[0]
+    with pytest.raises(EngineError, match='head size 96'):
+        pick_backend('graphed', torch.device('cuda'), None, hf_config=hf)
+
+
 def test_a_short_prompt_over_rows_gives_the_op_by_op_prefills_choice(tiny):
     # decoder.prefill_rows (graphed CUDA's default, here on the CPU un-captured): a prompt of up
     # to 128 new tokens runs as one forward over padded rows, cold and after a kept prefix. The
