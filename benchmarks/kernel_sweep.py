@@ -91,8 +91,10 @@ CANDIDATES = {
                         itertools.product((16, 32, 64), (128, 256), (1, 3))],
     'rows_gate_up': [GemvConfig(bn, bk, 1, 4, a) for bn, bk, a in
                      itertools.product((16, 32, 64), (128, 256), (1, 3))],
+    # Residual GEMVs of few outputs (the 1B's 2048, the 135M's 576) need K splits for enough
+    # programs: at 32 outputs and no split the 1B's verify ran 64 programs of 64 tiles each.
     'rows_matvec_add': [GemvConfig(bn, bk, s, 4, a) for bn, bk, s, a in
-                        itertools.product((32, 64), (128, 256), (1, 2, 4), (1, 3))],
+                        itertools.product((16, 32, 64), (128, 256), (1, 2, 4, 8), (1, 3))],
     # The same over 4-bit codes (ops_triton._rows_q4_kernel): block_k is cut to the group size.
     'rows_rms_matvec_q4': [GemvConfig(bn, 128, 1, 4, a) for bn, a in
                            itertools.product((16, 32, 64), (1, 2))],

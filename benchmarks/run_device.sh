@@ -90,7 +90,8 @@
 #              against the plain step, graphed, ctx 2048, 3 sessions, on the 8B, its 4-bit copy,
 #              the 1B, and the 8B with the 1B as draft model
 #   rowsweep   kernel_sweep.py's verify-step (rows_, 16- and 4-bit) GEMV shapes on
-#              ROWS_SWEEP_MODELS (default the 8B and 1B shapes), the best appended to this
+#              ROWS_SWEEP_MODELS (default the 8B and 1B shapes and the embedded model's 135M,
+#              whose verify decides prompt lookup's speed-up), the best appended to this
 #              machine's config/kernels.yaml for the later stages and stashed; rowstuned puts
 #              the stashed one back in a later call (a call's tree is sent afresh)
 #   familysweep the same for the step's bf16 GEMVs of FAMILY_SWEEP_SHAPES (default the Qwen3
@@ -434,7 +435,7 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
         "${verify[@]}" --out "$WORK/verify_llama-3.1-8b_draft_llama-3.2-1b.json";;
     rowsweep)
       # The verify step's GEMV shapes (issue 54) swept on ROWS_SWEEP_MODELS.
-      for model in ${ROWS_SWEEP_MODELS:-synthetic:llama-3.1-8b synthetic:llama-3.2-1b}; do
+      for model in ${ROWS_SWEEP_MODELS:-synthetic:llama-3.1-8b synthetic:llama-3.2-1b synthetic:smollm2-135m}; do
         sweep_into_config rowsweep "$model" \
           rows_rms_matvec,rows_gate_up,rows_matvec_add,rows_rms_matvec_q4,rows_gate_up_q4,rows_matvec_add_q4
       done
