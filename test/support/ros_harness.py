@@ -205,6 +205,17 @@ class Harness:
                           if e['event'] in ('finished', 'rejected', 'error')), None),
             timeout, f'request {request_id} to end')
 
+    def streamed(self, mark, response, timeout=10.0):
+        """
+        Return the ~/tokens text since mark once it spells response (or fail after timeout).
+
+        The last token and the response travel on different topics: the response can land
+        first, so a test that compares them waits for the stream to catch up.
+        """
+        self.wait_for(lambda: ''.join(self.probe.since(mark, 'tokens')) == response, timeout,
+                      'the streamed tokens to spell the response')
+        return ''.join(self.probe.since(mark, 'tokens'))
+
     def step_latencies(self, mark, steps, timeout=10.0):
         """
         Return the ~/step_latency values since mark, once at least steps of them have arrived.
