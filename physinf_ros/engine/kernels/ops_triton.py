@@ -226,11 +226,16 @@ def _gate_up_rows(W, outputs, K, ROW_BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _gated(gate, up, GELU: tl.constexpr):
+def _activation(gate, GELU: tl.constexpr):
     if GELU:   # GeGLU, gelu's tanh form: 0.5 g (1 + tanh(u)) = g sigmoid(2 u)
         u = 0.7978845608028654 * (gate + 0.044715 * gate * gate * gate)
-        return gate * tl.sigmoid(2.0 * u) * up
-    return gate * tl.sigmoid(gate) * up
+        return gate * tl.sigmoid(2.0 * u)
+    return gate * tl.sigmoid(gate)
+
+
+@triton.jit
+def _gated(gate, up, GELU: tl.constexpr):
+    return _activation(gate, GELU) * up
 
 
 @triton.jit
@@ -1114,36 +1119,28 @@ def embed(table: torch.Tensor, token: torch.Tensor,
 def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up, eps: float,
                      config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
     """Return silu(gate) * up for gate, up = w_gate_up @ rms_norm(x), float32 [I]."""
+    return _gate_up(x, norm_w, w_gate_up, eps, False, config)
+
+
+def _gate_up(x, norm_w, w_gate_up, eps, gelu: bool, config: KernelConfig) -> torch.Tensor:
     n2, k = w_gate_up.shape
     n = n2 // 2
     y = torch.empty(n, device=x.device, dtype=torch.float32)
     if isinstance(w_gate_up, PackedLinear):
-        _q4_gemv(w_gate_up, x, y, norm_w, None, eps, 'gate_up', config)
+        _q4_gemv(w_gate_up, x, y, norm_w, None, eps, 'gate_up', config, gelu=gelu)
         return y
-    _gate_up(x, norm_w, w_gate_up, eps, y, False, config)
-    return y
-
-
-def _gate_up(x, norm_w, w_gate_up, eps, y, gelu: bool, config: KernelConfig) -> None:
-    n2, k = w_gate_up.shape
-    n = n2 // 2
     cfg = config.gemv('gate_up', n, k)
     _gate_up_kernel[(triton.cdiv(n, cfg.block_n),)](
         w_gate_up, x, y, norm_w, n, k, eps, ROW_BLOCK=gate_up_block(n), BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k, EVEN=_even(n, k, cfg), STREAM=config.stream(), GELU=gelu,
         num_warps=cfg.num_warps, **_pdl(x.device))
+    return y
 
 
 def rms_gate_up_gelu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up, eps: float,
                      config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
     """Return gelu_tanh(gate) * up for gate, up = w_gate_up @ rms_norm(x), float32 [I] (GeGLU)."""
-    n2, k = w_gate_up.shape
-    y = torch.empty(n2 // 2, device=x.device, dtype=torch.float32)
-    if isinstance(w_gate_up, PackedLinear):
-        _q4_gemv(w_gate_up, x, y, norm_w, None, eps, 'gate_up', config, gelu=True)
-        return y
-    _gate_up(x, norm_w, w_gate_up, eps, y, True, config)
-    return y
+    return _gate_up(x, norm_w, w_gate_up, eps, True, config)
 
 
 def head_norm(qkv: torch.Tensor, q_norm: torch.Tensor, k_norm: torch.Tensor, num_heads: int,
@@ -1291,7 +1288,7 @@ def _prompt_norm_kernel(X, W, Y, H, inner, outer_stride, inner_stride, eps,
     mask = cols < H
     src = X + (row // inner) * outer_stride + (row % inner) * inner_stride
     x = tl.load(src + cols, mask=mask, other=0.0).to(tl.float32)
-    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / H + eps)
+    rstd = _inv_rms(x * x, H, eps)
     w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
     y = ((x * rstd).to(WDTYPE).to(tl.float32) * w).to(WDTYPE)
     tl.store(Y + row * H + cols, y.to(Y.dtype.element_ty), mask=mask)
@@ -1299,18 +1296,16 @@ def _prompt_norm_kernel(X, W, Y, H, inner, outer_stride, inner_stride, eps,
 
 @triton.jit
 def _prompt_rotate_kernel(X, COS, SIN, Y, heads, token_stride, D: tl.constexpr):
-    # Head h of token t (rows of X token_stride apart, heads D apart) rotated as llama._rotate:
-    # pairs (d, d + D/2) in float32 with the token's row of the tables, rounded to Y's dtype.
+    # Head h of token t (rows of X token_stride apart, heads D apart) rotated as llama._rotate
+    # and the step's split kernel rotate (pairs d, d + D/2 in float32, the token's row t of the
+    # tables), rounded to Y's dtype.
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     d = tl.arange(0, D)
-    half = d % (D // 2)
     src = X + t * token_stride + h * D
-    x = tl.load(src + d).to(tl.float32)
-    partner = tl.load(src + (d + D // 2) % D).to(tl.float32)
-    cos = tl.load(COS + t * (D // 2) + half)
-    sin = tl.load(SIN + t * (D // 2) + half)
-    y = tl.where(d < D // 2, x * cos - partner * sin, x * cos + partner * sin)
+    cos, sin = _rope_tables(COS, SIN, t, D)
+    y = _rotated(tl.load(src + d), tl.load(src + (d + D // 2) % D), cos, sin, D,
+                 Y.dtype.element_ty)
     tl.store(Y + (t * heads + h) * D + d, y.to(Y.dtype.element_ty))
 
 
@@ -1334,11 +1329,8 @@ def _prompt_gated_kernel(Y, OUT, N, ROW_BLOCK: tl.constexpr, BLOCKED: tl.constex
     gate = tl.load(src + gate_at, mask=mask, other=0.0).to(tl.float32)
     up = tl.load(src + up_at, mask=mask, other=0.0).to(tl.float32)
     dtype = OUT.dtype.element_ty
-    if GELU:   # gelu's tanh form as _gated: 0.5 g (1 + tanh(u)) = g sigmoid(2 u)
-        act = gate * tl.sigmoid(1.5957691216057308 * (gate + 0.044715 * gate * gate * gate))
-    else:
-        act = gate * tl.sigmoid(gate)
-    tl.store(OUT + row * N + j, (act.to(dtype).to(tl.float32) * up).to(dtype), mask=mask)
+    act = _activation(gate, GELU).to(dtype).to(tl.float32)
+    tl.store(OUT + row * N + j, (act * up).to(dtype), mask=mask)
 
 
 def prompt_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
@@ -1350,9 +1342,9 @@ def prompt_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
     product (read in place).
     """
     h = x.shape[-1]
-    if x.stride(-1) != 1 or x.dim() > 3:
-        x = x.contiguous()
-    view = x.reshape(1, 1, h) if x.dim() == 1 else x if x.dim() == 3 else x[:, None]
+    # Rows as [outer, inner, H]: q or k heads keep their two strides, anything else is a view
+    # of evenly spaced rows where it can be (a copy where it cannot).
+    view = x if x.dim() == 3 and x.stride(-1) == 1 else x.reshape(-1, 1, h)
     outer, inner = view.shape[0], view.shape[1]
     y = torch.empty(x.shape, device=x.device, dtype=weight.dtype if dtype is None else dtype)
     block = triton.next_power_of_2(h)
