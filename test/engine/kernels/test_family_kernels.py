@@ -94,28 +94,42 @@ def test_attention_with_a_window_and_a_scale(dtype, heads, kv_heads, dim, window
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize('heads, kv_heads, dim, window', [(16, 8, 128, 0), (4, 1, 256, 16)])
 def test_attention_norms_its_heads_inside_the_split(dtype, heads, kv_heads, dim, window):
-    # Qwen3's and Gemma 3's step: rope_attention given the head norms equals head_norm, then
-    # attention; the split kernel norms its own copies, so qkv is left as it was.
+    # Qwen3's and Gemma 3's step: rope_attention given the head norms equals head_norm's
+    # kernel, then attention; the split kernel norms its own copies, so qkv is left as it was.
     max_context = 300
     config = ModelConfig('qwen3', 10, heads * dim, 8, 1, heads, kv_heads, dim, 1e-6, 10000.0)
     cos, sin = rope_tables(config, max_context, DEVICE)
     caches = twin_caches(config, max_context, DEVICE, dtype)
     q_norm, k_norm = rand(dim, dtype=dtype).abs() + 0.5, rand(dim, dtype=dtype).abs() + 0.5
+    norms = (q_norm, k_norm, 1e-6)
     for length in (1, 17, 250):
         pos = torch.tensor([length - 1], dtype=torch.int32, device=DEVICE)
         qkv = rand((heads + 2 * kv_heads) * dim, scale=3.0)
+        ref = ops_torch.rope_attention(qkv.clone(), pos, cos, sin, caches[0].k[0],
+                                       caches[0].v[0], heads, None, window, norms)
+        k_two, v_two = caches[1].k[0].clone(), caches[1].v[0].clone()
         normed = qkv.clone()
-        ref = ops_torch.rope_attention(normed, pos, cos, sin, caches[0].k[0], caches[0].v[0],
-                                       heads, None, window, (q_norm, k_norm, 1e-6))
+        ops_triton.head_norm(normed, q_norm, k_norm, heads, 1e-6)
+        two = ops_triton.rope_attention(normed, pos, cos, sin, k_two, v_two, heads,
+                                        KernelConfig(), None, window)
         given = qkv.clone()
         out = ops_triton.rope_attention(given, pos, cos, sin, caches[1].k[0], caches[1].v[0],
-                                        heads, KernelConfig(), None, window,
-                                        (q_norm, k_norm, 1e-6))
+                                        heads, KernelConfig(), None, window, norms)
         assert torch.equal(given, qkv)
-        assert rel(out, ref) < TOL[dtype]
         row = length - 1
-        for written, expected in ((caches[1].k, caches[0].k), (caches[1].v, caches[0].v)):
-            assert rel(written[0][:, row], expected[0][:, row]) < TOL[dtype]
+        if ops_triton.INTERPRET:   # one order of sums: the same values as the two kernels'
+            assert torch.equal(out, two)
+            assert torch.equal(caches[1].k[0], k_two) and torch.equal(caches[1].v[0], v_two)
+        else:   # compiled, the two kernels may sum a head's squares in another order
+            assert rel(out, two) < TOL[dtype]
+        # Against PyTorch: the interpreter's bf16 casts truncate where torch's round to nearest
+        # (test_q4.py's dequantize test), a few per cent through the norms' three roundings
+        # and the softmax (0.033 the worst of 30 seeds here at 16 heads of 128), so bf16 is
+        # held to the kernels' bound off the interpreter, float32 everywhere.
+        if dtype == torch.float32 or not ops_triton.INTERPRET:
+            assert rel(out, ref) < TOL[dtype]
+            for written, expected in ((caches[1].k, caches[0].k), (caches[1].v, caches[0].v)):
+                assert rel(written[0][:, row], expected[0][:, row]) < TOL[dtype]
         if length > 1:   # the norms change the answer (one key gives its value whatever q)
             plain = ops_torch.rope_attention(qkv.clone(), pos, cos, sin, caches[0].k[0].clone(),
                                              caches[0].v[0].clone(), heads, None, window)
