@@ -83,17 +83,17 @@ def sampled(engine, schemas, args):
     rows = []
     for entry in schemas:
         ids = engine.encode(schema_prompt(entry))
+        tokens = []
         for seed in range(args.sampled):
             generation = engine.generate(ids, args.max_new_tokens,
                                          Sampling(temperature=1.0, seed=seed),
                                          output=OutputFormat(json.dumps(entry['schema'])))
             for _ in generation:
                 pass
-            rows.append({'schema': entry['name'], 'seed': seed,
-                         'tokens': len(generation.token_ids),
+            tokens.append(len(generation.token_ids))
+            rows.append({'schema': entry['name'], 'seed': seed, 'tokens': tokens[-1],
                          'finish_reason': generation.finish_reason,
                          'valid': valid(generation.text, entry['schema'])})
-        tokens = [r['tokens'] for r in rows if r['schema'] == entry['name']]
         print(f"{entry['name']}: {min(tokens)}-{max(tokens)} tokens over {len(tokens)} seeds",
               flush=True)
     with open(args.out, 'w') as f:

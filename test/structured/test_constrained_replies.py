@@ -23,9 +23,10 @@ def eager_engine():
     return load('embedded', backend='eager', device='cpu', dtype='float32', max_context=1024)
 
 
-def reply(engine, entry, sampling=Sampling(), max_new_tokens=MAX_NEW_TOKENS):
+def reply(engine, entry, sampling=Sampling()):
     ids = engine.encode(schema_prompt(entry))
-    generation = engine.generate(ids, max_new_tokens, sampling,
+    budget = MAX_NEW_TOKENS if sampling.greedy else engine.info.max_context
+    generation = engine.generate(ids, budget, sampling,
                                  output=OutputFormat(json.dumps(entry['schema'])))
     for _ in generation:
         pass
@@ -43,8 +44,7 @@ def test_every_greedy_reply_parses_and_follows_its_schema(eager_engine, entry):
 def test_sampled_replies_follow_their_schema_too(eager_engine, name):
     entry = next(s for s in SCHEMAS if s['name'] == name)
     for seed in range(3):
-        generation = reply(eager_engine, entry, Sampling(temperature=1.0, top_p=0.95, seed=seed),
-                           eager_engine.info.max_context)
+        generation = reply(eager_engine, entry, Sampling(temperature=1.0, top_p=0.95, seed=seed))
         assert generation.finish_reason == 'eos', generation.detail
         jsonschema.validate(json.loads(generation.text), entry['schema'])
 
