@@ -592,17 +592,49 @@ FAMILY_ROWS = [('Llama-3.2-1B', 'llama-3.2-1b'), ('Llama-3.2-3B', 'llama-3.2-3b'
                ('Gemma-3-4B', 'gemma-3-4b')]
 
 
+# The README's Llama rows are the main table's files; the 4-bit 8B's step is the plain step of
+# the verify run at d065eae; a family's rows are its d065eae files.
+FAMILY_FILES = {'llama-3.2-1b': {'bf16': 'robots_llama-3.2-1b.json'},
+                'llama-3.2-3b': {'bf16': 'robots_llama-3.2-3b.json'},
+                'llama-3.1-8b': {'bf16': 'graphed_llama-3.1-8b.json',
+                                 'gptq': 'speculation/d065eae/verify_llama-3.1-8b-gptq.json'}}
+
+
 @pytest.mark.parametrize('label, shape', FAMILY_ROWS)
 def test_readme_family_rows_are_their_files(label, shape):
-    results = ROOT / 'benchmarks' / 'results' / 'h100'
-    files = {'bf16': results / 'families' / f'family_{shape}_bf16.json',
-             'gptq': results / 'families' / f'family_{shape}_gptq.json'}
-    if shape == 'llama-3.1-8b':   # its 4-bit step: the plain step of the verify run
-        files['gptq'] = results / 'speculation' / 'verify_llama-3.1-8b-gptq.json'
+    files = FAMILY_FILES.get(shape, {quant: f'families/d065eae/family_{shape}_{quant}.json'
+                                     for quant in ('bf16', 'gptq')})
     cells = row(README, label, after='| shape | bf16 step (R_floor) |')
-    for cell, (quant, file) in zip(cells, files.items()):
-        found = [c for c in load(file)['cells'] if (c['mode'], c['ctx']) == ('graphed', 2048)]
-        assert len(found) == 1 and 'H100' in found[0]['device'], file
+    assert len(cells) == 2, cells
+    for cell, quant in zip(cells, ('bf16', 'gptq')):
+        if quant not in files:
+            assert cell == '-', f'{shape} {quant}: published {cell}, no file'
+            continue
+        found = [c for c in load(H200 / files[quant])['cells']
+                 if (c['mode'], c['ctx']) == ('graphed', 2048)]
+        assert len(found) == 1 and 'H200' in found[0]['device'], files[quant]
         step_ms, ratio = numbers(cell)
         assert_rounds_to(step_ms, found[0]['step_ms_p50'], f'{shape} {quant} step')
         assert_rounds_to(ratio, found[0]['R_floor'], f'{shape} {quant} R_floor')
+
+
+TTFT_ROWS = [('Llama-3.2-1B bf16, d065eae', 'llama-3.2-1b'),
+             ('Llama-3.1-8B bf16, d065eae', 'llama-3.1-8b'),
+             ('Llama-3.1-8B GPTQ 4-bit, d065eae', 'llama-3.1-8b-gptq')]
+
+
+@pytest.mark.parametrize('label, tag', TTFT_ROWS)
+def test_perf_ttft_rows_at_d065eae_are_their_files(label, tag):
+    results = load(H200 / 'ttft' / 'd065eae' / f'ttft_{tag}.json')
+    assert 'H200' in results['machine']['gpu']
+    rows = {r['history']: r for r in results['rows']}
+    cells = row('docs/PERF.md', label,
+                after='**Measured at d065eae, one H200** (`run_device.sh ttft`')
+    expected = [[rows[0]['cold_ms']], [rows[512]['reused_ms']], [rows[2048]['reused_ms']],
+                [rows[16384]['reused_ms']],
+                [rows[2048]['cold_ms'], rows[2048]['cold_fraction_of_peak']],
+                [rows[16384]['cold_ms'], rows[16384]['cold_fraction_of_peak']]]
+    assert len(cells) == len(expected), cells
+    for cell, values in zip(cells, expected):
+        for shown, value in zip(numbers(cell), values):
+            assert_rounds_to(shown, value, f'{tag} {cell}')
