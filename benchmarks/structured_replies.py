@@ -67,13 +67,8 @@ def main():
         rows.append(row)
         print(entry['name'], row['free']['valid'], row['constrained']['valid'], flush=True)
     summary = {kind: sum(r[kind]['valid'] for r in rows) for kind in ('free', 'constrained')}
-    with open(args.out, 'w') as f:
-        json.dump({'what': 'structured_replies', 'model': engine.info.model,
-                   'backend': engine.info.backend, 'device': engine.info.device,
-                   'dtype': engine.info.dtype, 'decoding': 'greedy',
-                   'max_new_tokens': args.max_new_tokens, 'machine': platform.machine(),
-                   'schemas': len(rows), 'valid': summary, 'replies': rows}, f, indent=1)
-        f.write('\n')
+    write(args.out, engine, 'structured_replies', 'greedy', args.max_new_tokens,
+          schemas=len(rows), valid=summary, replies=rows)
     print(f'valid replies of {len(rows)}: free {summary["free"]}, '
           f'constrained {summary["constrained"]}')
 
@@ -96,12 +91,17 @@ def sampled(engine, schemas, args):
                          'valid': valid(generation.text, entry['schema'])})
         print(f"{entry['name']}: {min(tokens)}-{max(tokens)} tokens over {len(tokens)} seeds",
               flush=True)
-    with open(args.out, 'w') as f:
-        json.dump({'what': 'sampled_reply_lengths', 'model': engine.info.model,
-                   'backend': engine.info.backend, 'device': engine.info.device,
-                   'dtype': engine.info.dtype, 'decoding': 'temperature 1.0, seeds 0 to '
-                   f'{args.sampled - 1}', 'max_new_tokens': args.max_new_tokens,
-                   'machine': platform.machine(), 'replies': rows}, f, indent=1)
+    write(args.out, engine, 'sampled_reply_lengths',
+          f'temperature 1.0, seeds 0 to {args.sampled - 1}', args.max_new_tokens, replies=rows)
+
+
+def write(path, engine, what, decoding, max_new_tokens, **results):
+    """Write a results file: what it measured, the engine and decoding behind it, then results."""
+    with open(path, 'w') as f:
+        json.dump({'what': what, 'model': engine.info.model, 'backend': engine.info.backend,
+                   'device': engine.info.device, 'dtype': engine.info.dtype,
+                   'decoding': decoding, 'max_new_tokens': max_new_tokens,
+                   'machine': platform.machine(), **results}, f, indent=1)
         f.write('\n')
 
 
