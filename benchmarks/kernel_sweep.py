@@ -109,6 +109,17 @@ GROUP_SIZE = 128   # the paper's GPTQ checkpoints
 ROWS = 5   # the rows_ kinds' rows unless --rows: a verify step of 4 drafted tokens
 
 
+def kind_op(ops, kind):
+    """Return the function of an ops module (KernelOps or ops_torch) that runs a GEMV kind."""
+    base = kind.split('_q4')[0]
+    if base.startswith('rows_'):   # the rows ops name gate/up without the norm they fuse
+        return getattr(ops, {'rows_rms_matvec': 'rows_rms_matvec',
+                             'rows_gate_up': 'rows_gate_up_silu',
+                             'rows_matvec_add': 'rows_matvec_add'}[base])
+    return getattr(ops, {'rms_matvec': 'rms_matvec', 'gate_up': 'rms_gate_up_silu',
+                         'matvec_add': 'matvec_add'}[base])
+
+
 def random_weight(kind, rows, k, device, dtype):
     """Return a random weight in kind's format: bf16 [rows, k], or 4-bit in groups of 128."""
     if '_q4' not in kind:
@@ -139,8 +150,7 @@ def sweep_gemv(kind, n, k, copies, device, dtype, base_config: KernelConfig, row
     bytes_read = weights[0].nbytes * copies
 
     def op(ops):   # the kind's function of an ops module (KernelOps or ops_torch)
-        return getattr(ops, prefix + {'rms_matvec': 'rms_matvec', 'gate_up': 'rms_gate_up_silu',
-                                      'matvec_add': 'matvec_add'}[base])
+        return kind_op(ops, kind)
 
     def run(ops):
         for w in weights:

@@ -154,16 +154,20 @@ model_tag() {  # model_tag MODEL: a model spec as a file-name part (synthetic:a:
 }
 
 sweep_into_config() {  # sweep_into_config STAGE MODEL KINDS: kernel_sweep.py's best shape of
-  # each of MODEL's GEMVs of KINDS, appended to this machine's config/kernels.yaml (the H200
-  # entry is the file's last) for the stages after it, and stashed for a later call's rowstuned
+  # each of MODEL's GEMVs of KINDS, appended to this GPU's entry of this machine's
+  # config/kernels.yaml (made if it has none) for the stages after it, and stashed for a later
+  # call's rowstuned
   local tag
   tag=$(model_tag "$2")
   TAIL=8 run "$1_$tag" "${SWEEP_LIMIT:-300}" python3 benchmarks/kernel_sweep.py \
     --model "$2" --skip-attention --kinds "$3" --out "$WORK/$1_$tag.json"
-  python3 -c 'import json, sys
-for row in json.load(open(sys.argv[1]))["tuning"]["gemv"]:
-    print("    - {" + ", ".join(f"{k}: {v}" for k, v in row.items()) + "}")' \
-    "$WORK/$1_$tag.json" >> config/kernels.yaml
+  python3 -c 'import json, sys, yaml
+sweep = json.load(open(sys.argv[1]))
+tuning = yaml.safe_load(open("config/kernels.yaml"))
+entry = tuning.setdefault(sweep["gpu"], {})   # the entry of this GPU, made if none
+entry["gemv"] = (entry.get("gemv") or []) + sweep["tuning"]["gemv"]
+yaml.safe_dump(tuning, open("config/kernels.yaml", "w"), sort_keys=False)' \
+    "$WORK/$1_$tag.json"
   cp config/kernels.yaml "$WORK/kernels.yaml"; cp config/kernels.yaml "$STASH/kernels.yaml"
 }
 
