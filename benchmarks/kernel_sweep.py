@@ -44,7 +44,8 @@ def gemv_cases(c: ModelConfig):
     """
     Return (kind, N, K, copies) for each GEMV of one decode step.
 
-    bf16, 4-bit in Triton (_q4) and 4-bit in CUDA (_q4cuda).
+    bf16, 4-bit in Triton (_q4) and 4-bit in CUDA (_q4cuda); a verify step's over rows (rows_,
+    16- and 4-bit).
     """
     h, i = c.hidden_size, c.intermediate_size
     layers = c.num_layers
@@ -59,7 +60,8 @@ def gemv_cases(c: ModelConfig):
             + [(kind + '_q4', n, k, copies) for kind, n, k, copies in layer]
             + [(kind + '_q4cuda', n, k, copies) for kind, n, k, copies in layer]
             + [('rows_' + kind, n, k, copies) for kind, n, k, copies in
-               layer + [('rms_matvec', c.vocab_size, h, 2)]])
+               layer + [('rms_matvec', c.vocab_size, h, 2)]]
+            + [('rows_' + kind + '_q4', n, k, copies) for kind, n, k, copies in layer])
 
 
 CANDIDATES = {
@@ -261,14 +263,20 @@ def main(argv=None):
                         'ones run with rows_max raised to take them)')
     parser.add_argument('--out', required=True)
     args = parser.parse_args(argv)
-    device, dtype = torch.device('cuda'), torch.bfloat16
     config = ModelConfig.from_hf(resolve(args.model).hf_config)
+    kinds = args.kinds.split(',') if args.kinds else None
+    unknown = set(kinds or ()) - set(CANDIDATES)
+    if unknown:
+        parser.error(f'--kinds {",".join(sorted(unknown))}: not a GEMV kind; the kinds are '
+                     f'{", ".join(sorted(CANDIDATES))}')
+    for kind in sorted(set(kinds or ()) - {case[0] for case in gemv_cases(config)}):
+        print(f'no GEMV of {args.model} is of kind {kind}', flush=True)   # (Gemma 3: matvec_add)
+    device, dtype = torch.device('cuda'), torch.bfloat16
     start = time.time()
     report = {'model': args.model, 'gpu': torch.cuda.get_device_name(),
               'copy_gbps': measure_copy_bandwidth(device), 'gemv': [], 'attention': []}
     # Shapes not swept keep config/kernels.yaml's; each candidate is a configuration of its own.
     base_config = KernelConfig.for_device(device)
-    kinds = args.kinds.split(',') if args.kinds else None
 
     def save():   # after every shape: a sweep cut short still leaves its results
         report['tuning'] = {
