@@ -593,17 +593,21 @@ FAMILY_ROWS = [('Llama-3.2-1B', 'llama-3.2-1b'), ('Llama-3.2-3B', 'llama-3.2-3b'
 
 
 # The README's Llama rows are the main table's files; the 4-bit 8B's step is the plain step of
-# the verify run at d065eae; a family's rows are its d065eae files.
+# the verify run at d065eae; a family's bf16 row is its file of the swept launch shapes
+# (3553f77) where 72cf15a tuned it, else d065eae's, and its 4-bit row d065eae's.
 FAMILY_FILES = {'llama-3.2-1b': {'bf16': 'robots_llama-3.2-1b.json'},
                 'llama-3.2-3b': {'bf16': 'robots_llama-3.2-3b.json'},
                 'llama-3.1-8b': {'bf16': 'graphed_llama-3.1-8b.json',
                                  'gptq': 'speculation/d065eae/verify_llama-3.1-8b-gptq.json'}}
+FAMILIES_SWEPT = {'qwen3-0.6b', 'qwen3-1.7b', 'qwen3-4b', 'qwen3-8b', 'smollm3-3b', 'gemma-3-1b',
+                  'gemma-3-4b'}
 
 
 @pytest.mark.parametrize('label, shape', FAMILY_ROWS)
 def test_readme_family_rows_are_their_files(label, shape):
-    files = FAMILY_FILES.get(shape, {quant: f'families/d065eae/family_{shape}_{quant}.json'
-                                     for quant in ('bf16', 'gptq')})
+    bf16 = '3553f77' if shape in FAMILIES_SWEPT else 'd065eae'
+    files = FAMILY_FILES.get(shape, {'bf16': f'families/{bf16}/family_{shape}_bf16.json',
+                                     'gptq': f'families/d065eae/family_{shape}_gptq.json'})
     cells = row(README, label, after='| shape | bf16 step (R_floor) |')
     assert len(cells) == 2, cells
     for cell, quant in zip(cells, ('bf16', 'gptq')):
@@ -640,3 +644,34 @@ def test_perf_ttft_rows_at_d065eae_are_their_files(label, tag):
         assert len(shown) >= len(values), f'{tag}: {cell!r} shows fewer figures than its file'
         for figure, value in zip(shown, values):
             assert_rounds_to(figure, value, f'{tag} {cell}')
+
+
+SWEPT_ROWS = [('Qwen3-0.6B', 'qwen3-0.6b'), ('Qwen3-1.7B', 'qwen3-1.7b'), ('Qwen3-4B', 'qwen3-4b'),
+              ('Qwen3-8B', 'qwen3-8b'), ('SmolLM3-3B', 'smollm3-3b'), ('Gemma-3-1B', 'gemma-3-1b'),
+              ('Gemma-3-4B', 'gemma-3-4b')]
+
+
+@pytest.mark.parametrize('label, shape', SWEPT_ROWS)
+def test_perf_family_sweep_rows_are_their_files(label, shape):
+    cells = row('docs/PERF.md', label,
+                after="**The families' launch shapes swept (72cf15a; timed at 3553f77")
+    for cell, commit in ((cells[1], 'd065eae'), (cells[2], '3553f77')):
+        found = load(H200 / 'families' / commit / f'family_{shape}_bf16.json')['cells'][0]
+        assert 'H200' in found['device'], (shape, commit)
+        step_ms, ratio = numbers(cell)
+        assert_rounds_to(step_ms, found['step_ms_p50'], f'{shape} {commit} step')
+        assert_rounds_to(ratio, found['R_floor'], f'{shape} {commit} R_floor')
+
+
+VERIFY_ROWS = [('Llama-3.1-8B bf16', 'llama-3.1-8b'),
+               ('Llama-3.1-8B GPTQ 4-bit', 'llama-3.1-8b-gptq'), ('Llama-3.2-1B', 'llama-3.2-1b')]
+
+
+@pytest.mark.parametrize('label, tag', VERIFY_ROWS)
+def test_perf_verify_rows_at_3553f77_are_their_files(label, tag):
+    found = load(H200 / 'speculation' / '3553f77' / f'verify_{tag}.json')['cells'][0]
+    assert 'H200' in found['device']
+    cells = row('docs/PERF.md', label, after='**v5 (72cf15a; timed at 3553f77, one H200)')
+    assert_rounds_to(numbers(cells[0])[0], found['step_ms_p50'], f'{tag} step')
+    for cell, k in zip(cells[1:5], (1, 2, 4, 8)):
+        assert_rounds_to(numbers(cell)[0], found[f'verify_ratio_k{k}'], f'{tag} t({k})')
