@@ -5,12 +5,14 @@
 #   tests      the GPU-marked tests and the kernel tests, natively on the GPU; EXTRA_TESTS adds
 #              test files (EXTRA_TESTS="test/engine/kernels/test_q4.py test/engine/test_faults.py"),
 #              PYTEST_K selects by name
-#   gputests   every GPU test a commit is checked by that needs no embedded model: the kernels
-#              (16-bit, 4-bit, rows, families, CUDA), the engine and the benchmark's, natively
-#              (about 7 minutes on an H100); embeddedtests, once the embedded model's parts have
-#              all come, the rest (the embedded model, KV reuse, speculation, constrained
-#              replies, faults, sampling). test_exllamav2.py and test_stacks_gpu.py need the
-#              exl2build and stacks stages' packages and run on their own (stacktests).
+#   gputests   every GPU test a commit is checked by that needs no embedded model: the engine,
+#              the 16-bit, rows and family kernels, the 4-bit and CUDA kernels, in three pytest
+#              processes side by side on the GPU (about 3.5 minutes on an H100 at 72cf15a);
+#              embeddedtests, once the embedded model's parts have all come, the rest (the
+#              embedded model; KV reuse, speculation, constrained replies, faults, sampling; the
+#              benchmark's tests, which load it), likewise three processes (about 4.5 minutes).
+#              test_exllamav2.py and test_stacks_gpu.py need the exl2build and stacks stages'
+#              packages and run on their own (stacktests).
 #   sweep      kernel launch-shape sweep on the 8B shapes (benchmarks/kernel_sweep.py)
 #   compare    issue 3's comparison: hf, hf-graphed, eager, graphed at 2048/8192/16384
 #   profile    one graphed step of each of PROFILE_MODELS (default the synthetic 8B) at each of
@@ -23,7 +25,8 @@
 #              memory, instructions) for the first NCU_COUNT kernels of one graphed step of
 #              NCU_MODEL at ctx 2048 whose names match the regex NCU_KERNELS; --kernel-flag
 #              NAME=VALUE from NCU_FLAGS; NCU_TREE=/tmp/paired_base profiles the paired stage's
-#              base instead of this tree
+#              base instead of this tree; NCU_VERIFY_K=K profiles a verify step of K drafted
+#              tokens instead (NCU_KERNELS=_rows_gate_up_kernel: its gate/up over the rows)
 #   stacktests the GPU tests of the stacks (test/engine/decoders/test_stacks_gpu.py) only
 #   bench      the paper's protocol (physinf-bench): the three synthetic architectures,
 #              eager vs graphed, contexts 2048-16384, 10 fresh sessions
@@ -139,6 +142,7 @@ export ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
 
 # test_gpu_engine.py's tests that need the embedded model (embeddedtests runs them; gputests the rest)
 EMBEDDED_K='embedded or graphed_and_eager or overlapped_loop or each_graphed_step'
+PYTEST=(python3 -m pytest -q -p no:cacheprovider -rs -s --durations=15)
 
 run() {  # run NAME TIMEOUT CMD...: log to $WORK/NAME.log, never stop the other stages
   local name=$1 limit=$2; shift 2
@@ -184,18 +188,24 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton._
         ${PYTEST_K:+-k "$PYTEST_K"} test/engine/kernels/test_kernels.py test/engine/test_gpu_engine.py \
         ${EXTRA_TESTS:-};;
     gputests)
-      TAIL=20 run gputests "${TESTS_LIMIT:-540}" python3 -m pytest -q -p no:cacheprovider -rs -s \
-        -k "not ($EMBEDDED_K)" test/engine/kernels/test_kernels.py test/engine/test_gpu_engine.py \
-        test/engine/kernels/test_family_kernels.py test/engine/kernels/test_rows_kernels.py \
-        test/engine/kernels/test_q4.py test/engine/kernels/test_q4_cuda.py \
-        test/engine/kernels/test_attention_cuda.py test/bench/test_bench_attention.py \
-        test/bench/test_bench_cli.py;;
+      # Three processes share the GPU: the tests check results, none of them times anything.
+      TAIL=3 run gputests_engine "${TESTS_LIMIT:-540}" "${PYTEST[@]}" -k "not ($EMBEDDED_K)" \
+        test/engine/test_gpu_engine.py &
+      TAIL=3 run gputests_kernels "${TESTS_LIMIT:-540}" "${PYTEST[@]}" \
+        test/engine/kernels/test_kernels.py test/engine/kernels/test_family_kernels.py \
+        test/engine/kernels/test_rows_kernels.py &
+      TAIL=3 run gputests_q4 "${TESTS_LIMIT:-540}" "${PYTEST[@]}" test/engine/kernels/test_q4.py \
+        test/engine/kernels/test_q4_cuda.py test/engine/kernels/test_attention_cuda.py &
+      wait;;
     embeddedtests)
-      TAIL=20 run embeddedtests_engine "${TESTS_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider \
-        -rs -s -k "$EMBEDDED_K" test/engine/test_gpu_engine.py
-      TAIL=20 run embeddedtests "${TESTS_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider -rs -s \
+      TAIL=3 run embeddedtests_engine "${TESTS_LIMIT:-400}" "${PYTEST[@]}" -k "$EMBEDDED_K" \
+        test/engine/test_gpu_engine.py &
+      TAIL=3 run embeddedtests "${TESTS_LIMIT:-400}" "${PYTEST[@]}" \
         test/structured/test_constrained_gpu.py test/engine/decoders/test_kv_reuse_gpu.py \
-        test/engine/test_speculative_gpu.py test/engine/test_faults.py test/engine/test_sampling.py;;
+        test/engine/test_speculative_gpu.py test/engine/test_faults.py test/engine/test_sampling.py &
+      TAIL=3 run benchtests "${TESTS_LIMIT:-400}" "${PYTEST[@]}" test/bench/test_bench_attention.py \
+        test/bench/test_bench_cli.py &
+      wait;;
     sweep)
       run sweep 240 python3 benchmarks/kernel_sweep.py --out "$WORK/kernel_sweep.json";;
     compare)
@@ -239,7 +249,8 @@ dram__bytes_write.sum,launch__grid_size,launch__registers_per_thread \
         --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
         --section ComputeWorkloadAnalysis --section InstructionStats --metrics "${stalls%,}" \
         --csv --page details env PYTHONPATH="${NCU_TREE:-$PWD}:/tmp/site" \
-        python3 benchmarks/profile_step.py --ncu-step --model "$model" --ctx 2048 "${flags[@]}";;
+        python3 benchmarks/profile_step.py --ncu-step --model "$model" --ctx 2048 "${flags[@]}" \
+        ${NCU_VERIFY_K:+--verify-k "$NCU_VERIFY_K"};;
     stacktests)
       TAIL=30 run stack_tests "${TESTS_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider -rs -s \
         test/engine/decoders/test_stacks_gpu.py;;
