@@ -111,15 +111,16 @@ GROUP_SIZE = 128   # the paper's GPTQ checkpoints
 ROWS = 5   # the rows_ kinds' rows unless --rows: a verify step of 4 drafted tokens
 
 
+# The op of an ops module (KernelOps or ops_torch) that runs each kind, 16- and 4-bit alike; the
+# rows ops name gate/up without the norm they fuse.
+KIND_OPS = {'rms_matvec': 'rms_matvec', 'gate_up': 'rms_gate_up_silu', 'matvec_add': 'matvec_add',
+            'rows_rms_matvec': 'rows_rms_matvec', 'rows_gate_up': 'rows_gate_up_silu',
+            'rows_matvec_add': 'rows_matvec_add'}
+
+
 def kind_op(ops, kind):
     """Return the function of an ops module (KernelOps or ops_torch) that runs a GEMV kind."""
-    base = kind.split('_q4')[0]
-    if base.startswith('rows_'):   # the rows ops name gate/up without the norm they fuse
-        return getattr(ops, {'rows_rms_matvec': 'rows_rms_matvec',
-                             'rows_gate_up': 'rows_gate_up_silu',
-                             'rows_matvec_add': 'rows_matvec_add'}[base])
-    return getattr(ops, {'rms_matvec': 'rms_matvec', 'gate_up': 'rms_gate_up_silu',
-                         'matvec_add': 'matvec_add'}[base])
+    return getattr(ops, KIND_OPS[kind.split('_q4')[0]])
 
 
 def random_weight(kind, rows, k, device, dtype):
@@ -151,25 +152,22 @@ def sweep_gemv(kind, n, k, copies, device, dtype, base_config: KernelConfig, row
     norm = torch.ones(k, device=device, dtype=dtype)
     bytes_read = weights[0].nbytes * copies
 
-    def op(ops):   # the kind's function of an ops module (KernelOps or ops_torch)
-        return kind_op(ops, kind)
-
     def run(ops):
         for w in weights:
             if base == 'matvec_add':
-                op(ops)(out, x, w)
+                kind_op(ops, kind)(out, x, w)
             elif base == 'rms_matvec':
-                op(ops)(x, norm, w, None, 1e-5)
+                kind_op(ops, kind)(x, norm, w, None, 1e-5)
             else:
-                op(ops)(x, norm, w, 1e-5)
+                kind_op(ops, kind)(x, norm, w, 1e-5)
 
     def one(ops, w):   # one GEMV's output, for the correctness check
         if base == 'rms_matvec':
-            return op(ops)(x, norm, w, None, 1e-5)
+            return kind_op(ops, kind)(x, norm, w, None, 1e-5)
         if base == 'gate_up':
-            return op(ops)(x, norm, w, 1e-5)
+            return kind_op(ops, kind)(x, norm, w, 1e-5)
         y = torch.zeros(*lead, n, device=device)
-        op(ops)(y, x, w)
+        kind_op(ops, kind)(y, x, w)
         return y
 
     expected = one(ops_torch, weights[0]).float()

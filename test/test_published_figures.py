@@ -646,9 +646,7 @@ def test_perf_ttft_rows_at_d065eae_are_their_files(label, tag):
             assert_rounds_to(figure, value, f'{tag} {cell}')
 
 
-SWEPT_ROWS = [('Qwen3-0.6B', 'qwen3-0.6b'), ('Qwen3-1.7B', 'qwen3-1.7b'), ('Qwen3-4B', 'qwen3-4b'),
-              ('Qwen3-8B', 'qwen3-8b'), ('SmolLM3-3B', 'smollm3-3b'), ('Gemma-3-1B', 'gemma-3-1b'),
-              ('Gemma-3-4B', 'gemma-3-4b')]
+SWEPT_ROWS = [(label, shape) for label, shape in FAMILY_ROWS if shape in FAMILIES_SWEPT]
 
 
 @pytest.mark.parametrize('label, shape', SWEPT_ROWS)
