@@ -49,19 +49,24 @@ def gemv_cases(c: ModelConfig):
     """
     h, i = c.hidden_size, c.intermediate_size
     layers = c.num_layers
-    # Gemma 3 norms o_proj's and down's outputs before the residual add (matvec_norm_add): its
-    # GEMVs run as the rms_matvec kind without a norm.
-    residual = 'rms_matvec' if c.family == 'gemma3' else 'matvec_add'
-    layer = [('rms_matvec', c.q_size + 2 * c.kv_size, h, layers),
-             (residual, h, c.q_size, layers),
-             ('gate_up', i, h, layers),
-             (residual, h, i, layers)]
-    return (layer + [('rms_matvec', c.vocab_size, h, 2)]
-            + [(kind + '_q4', n, k, copies) for kind, n, k, copies in layer]
-            + [(kind + '_q4cuda', n, k, copies) for kind, n, k, copies in layer]
+
+    def layer(residual):
+        return [('rms_matvec', c.q_size + 2 * c.kv_size, h, layers),
+                (residual, h, c.q_size, layers),
+                ('gate_up', i, h, layers),
+                (residual, h, i, layers)]
+
+    # Gemma 3 norms o_proj's and down's outputs before the residual add (matvec_norm_add): the
+    # step runs those GEMVs as the rms_matvec kind without a norm, the rows ops as
+    # rows_matvec_add into zeros (ops_triton.rows_matvec_norm_add).
+    step = layer('rms_matvec' if c.family == 'gemma3' else 'matvec_add')
+    rows = layer('matvec_add')
+    return (step + [('rms_matvec', c.vocab_size, h, 2)]
+            + [(kind + '_q4', n, k, copies) for kind, n, k, copies in step]
+            + [(kind + '_q4cuda', n, k, copies) for kind, n, k, copies in step]
             + [('rows_' + kind, n, k, copies) for kind, n, k, copies in
-               layer + [('rms_matvec', c.vocab_size, h, 2)]]
-            + [('rows_' + kind + '_q4', n, k, copies) for kind, n, k, copies in layer])
+               rows + [('rms_matvec', c.vocab_size, h, 2)]]
+            + [('rows_' + kind + '_q4', n, k, copies) for kind, n, k, copies in rows])
 
 
 CANDIDATES = {

@@ -86,6 +86,7 @@
 #   q4verifyab the 4-bit 8B's verify step of k = 1, 2, 4, 8 drafted tokens (profile_step.py
 #              --verify-k) with KernelConfig.q4_rows_min's default (the step's GEMV once a row
 #              below it) and at 1 (the 4-bit rows kernel for every k), in one process each
+#              (Q4_VERIFY_KS picks the k)
 #   prefillprofile the same over a cold prefill of 32 and 2048 tokens (profile_step.py
 #              --prefill) of PREFILL_PROFILE_MODELS (the 8B, its 4-bit copy, the 1B): kernel time
 #              by kind (matrix products, attention, ours, the rest)
@@ -94,7 +95,8 @@
 #              the 1B, and the 8B with the 1B as draft model
 #   rowsweep   kernel_sweep.py's verify-step (rows_, 16- and 4-bit) GEMV shapes on
 #              ROWS_SWEEP_MODELS (default the 8B and 1B shapes and the embedded model's 135M,
-#              whose verify decides prompt lookup's speed-up), the best appended to this
+#              whose verify decides prompt lookup's speed-up; ROWS_SWEEP_KINDS picks kinds),
+#              the best appended to this
 #              machine's config/kernels.yaml for the later stages and stashed; rowstuned puts
 #              the stashed one back in a later call (a call's tree is sent afresh)
 #   familysweep the same for the step's bf16 GEMVs of FAMILY_SWEEP_SHAPES (default the Qwen3
@@ -421,7 +423,7 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
       done;;
     q4verifyab)
       # The 4-bit verify's linears once a row against the rows kernel (issue 54, q4_rows_min).
-      for k in 1 2 4 8; do
+      for k in ${Q4_VERIFY_KS:-1 2 4 8}; do
         for rows_min in default 1; do
           flags=(); [ "$rows_min" = default ] || flags=(--kernel-flag "Q4_ROWS_MIN=$rows_min")
           TAIL=8 run q4verify_k${k}_$rows_min 120 python3 benchmarks/profile_step.py \
@@ -452,7 +454,7 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
       # The verify step's GEMV shapes (issue 54) swept on ROWS_SWEEP_MODELS.
       for model in ${ROWS_SWEEP_MODELS:-synthetic:llama-3.1-8b synthetic:llama-3.2-1b synthetic:smollm2-135m}; do
         sweep_into_config rowsweep "$model" \
-          rows_rms_matvec,rows_gate_up,rows_matvec_add,rows_rms_matvec_q4,rows_gate_up_q4,rows_matvec_add_q4
+          "${ROWS_SWEEP_KINDS:-rows_rms_matvec,rows_gate_up,rows_matvec_add,rows_rms_matvec_q4,rows_gate_up_q4,rows_matvec_add_q4}"
       done
       tail -n 12 config/kernels.yaml;;
     familysweep)

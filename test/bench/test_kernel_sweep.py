@@ -1,12 +1,22 @@
-"""benchmarks/kernel_sweep.py: every kind it sweeps names an op of both ops modules."""
+"""
+benchmarks/kernel_sweep.py: its kinds run ops, and it tunes the launch shapes the kernels use.
+
+Every kind it sweeps names an op of both ops modules, and every launch shape a step or a verify
+step looks up is one it tunes.
+"""
 
 from benchmark_scripts import benchmark_script
 from physinf_ros.engine.kernels import ops_torch
 from physinf_ros.engine.kernels.config import KernelConfig
 from physinf_ros.engine.kernels.ops_triton import KernelOps
+from physinf_ros.engine.kernels.rows import RowOps
+from physinf_ros.engine.model import families
 from physinf_ros.engine.model.config import ModelConfig
+from physinf_ros.engine.model.llama import KVCache
 from physinf_ros.engine.weights.resolve import resolve
 import pytest
+from tiny_models import FAMILY_CASES, tiny_config
+import torch
 
 kernel_sweep = benchmark_script('kernel_sweep')
 
@@ -33,3 +43,34 @@ def test_an_unknown_kind_is_refused_before_any_gpu_work(capsys):
         kernel_sweep.main(['--model', 'synthetic:llama-3.2-1b', '--kinds', 'rows_gate_up_q8',
                            '--out', 'unused.json'])
     assert 'rows_gate_up_q8: not a GEMV kind' in capsys.readouterr().err
+
+
+@pytest.mark.parametrize('name', sorted(FAMILY_CASES) + ['llama'])
+def test_every_launch_shape_a_step_looks_up_is_one_the_sweep_tunes(monkeypatch, name):
+    # A 16-bit step and a verify step of 3 drafted tokens on the kernels, each GEMV's lookup
+    # of its launch shape recorded. At 43fa301 the rows gate/up looked up 2 I outputs where
+    # the sweep and kernels.yaml key I, so rowsweep timed the default shape at every candidate
+    # and its rows never ran; Gemma 3's rows residuals looked up a kind the sweep did not time.
+    arch, tie, sizes = FAMILY_CASES.get(name, ('llama-3.2-1b', False, {}))
+    config = ModelConfig.from_hf(tiny_config(arch, tie, sizes))
+    family = families.module(config)
+    weights = families.synthetic_weights(config, torch.device('cpu'), torch.float32)
+    cos, sin = family.rope_tables(config, 16, torch.device('cpu'))
+    cache = KVCache.allocate(config, 16, torch.device('cpu'), torch.float32)
+    looked_up = set()
+    gemv = KernelConfig.gemv
+
+    def recording(self, kind, n, k):
+        looked_up.add((kind, n, k))
+        return gemv(self, kind, n, k)
+
+    monkeypatch.setattr(KernelConfig, 'gemv', recording)
+    ops = KernelOps(KernelConfig())
+    for step_ops, tokens in ((ops, [5]), (RowOps(ops), [5, 9, 2, 11])):
+        pos = torch.arange(len(tokens), dtype=torch.int32)
+        x = family.decode_layers(weights, cache, torch.tensor(tokens), pos, cos, sin, step_ops)
+        step_ops.rms_matvec(x, weights.norm, weights.lm_head, None, config.rms_norm_eps)
+    tuned = {(kind, n, k) for kind, n, k, _ in kernel_sweep.gemv_cases(config)
+             if '_q4' not in kind}
+    assert looked_up - tuned == set(), 'looked up by a kernel, never swept'
+    assert tuned - looked_up == set(), 'swept, never looked up'

@@ -1493,10 +1493,11 @@ def rows_gate_up(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up, eps: float, g
     if path == 'q4':
         _rows_q4(w_gate_up, x, y, norm_w, None, eps, 'rows_gate_up', config, gelu=gelu)
         return y
-    cfg, launch = _rows_launch('rows_gate_up', n2, k, w_gate_up.dtype, x, config)
-    _rows_gate_up_kernel[(triton.cdiv(n2 // 2, cfg.block_n),)](
-        w_gate_up, x, y, norm_w, x.shape[0], n2 // 2, k, eps,
-        ROW_BLOCK=gate_up_block(n2 // 2), GELU=gelu, **launch)
+    n = n2 // 2   # a gate/up's launch shape is keyed by I, as the step's and the 4-bit ones
+    cfg, launch = _rows_launch('rows_gate_up', n, k, w_gate_up.dtype, x, config)
+    _rows_gate_up_kernel[(triton.cdiv(n, cfg.block_n),)](
+        w_gate_up, x, y, norm_w, x.shape[0], n, k, eps, ROW_BLOCK=gate_up_block(n), GELU=gelu,
+        **launch)
     return y
 
 
