@@ -96,8 +96,10 @@ CANDIDATES = {
     # the rows GEMVs streamed at 1.7 TB/s untuned, docs/PERF.md).
     'rows_rms_matvec': [GemvConfig(bn, bk, 1, 4, a) for bn, bk, a in
                         itertools.product((16, 32, 64), (128, 256), (1, 3))],
-    'rows_gate_up': [GemvConfig(bn, bk, 1, 4, a) for bn, bk, a in
-                     itertools.product((16, 32, 64), (128, 256), (1, 3))],
+    # Gate/up loads two weight tiles a step: wide and short ones (16 outputs streamed at 1.0
+    # TB/s, 64 at 2.5 on an H100, 64 x 256 out of shared memory: rowsweep at 80d5b88).
+    'rows_gate_up': [GemvConfig(bn, bk, 1, w, a) for bn, bk, w, a in
+                     itertools.product((32, 64, 128), (64, 128), (4, 8), (1, 3))],
     # Residual GEMVs of few outputs (the 1B's 2048, the 135M's 576) need K splits for enough
     # programs: at 32 outputs and no split the 1B's verify ran 64 programs of 64 tiles each.
     'rows_matvec_add': [GemvConfig(bn, bk, s, 4, a) for bn, bk, s, a in
