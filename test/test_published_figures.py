@@ -673,3 +673,27 @@ def test_perf_verify_rows_at_3553f77_are_their_files(label, tag):
     assert_rounds_to(numbers(cells[0])[0], found['step_ms_p50'], f'{tag} step')
     for cell, k in zip(cells[1:5], (1, 2, 4, 8)):
         assert_rounds_to(numbers(cell)[0], found[f'verify_ratio_k{k}'], f'{tag} t({k})')
+
+
+def v6_verify_rows():
+    """Return (cells, file) of each row of PERF.md's verify v6 protocol table (H100)."""
+    text = (ROOT / 'docs/PERF.md').read_text()
+    start = text.index('| shape (H100) | step | t(1) / step', text.index('**v6 measured'))
+    rows = []
+    for line in text[start:].splitlines()[2:]:
+        if not line.startswith('|'):
+            break
+        cells = [c.strip() for c in line.strip().strip('|').split('|')]
+        rows.append((cells, re.findall(r'`([^`]+\.json)`', cells[-1])[0]))
+    return rows
+
+
+def test_perf_verify_rows_at_v6_are_their_h100_files():
+    rows = v6_verify_rows()
+    assert len(rows) == 6
+    for cells, file in rows:
+        found = load(ROOT / 'benchmarks/results/h100/speculation' / file)['cells'][0]
+        assert 'H100' in found['device'], file
+        assert_rounds_to(numbers(cells[1])[0], found['step_ms_p50'], f'{file} step')
+        for cell, k in zip(cells[2:6], (1, 2, 4, 8)):
+            assert_rounds_to(numbers(cell)[0], found[f'verify_ratio_k{k}'], f'{file} t({k})')
