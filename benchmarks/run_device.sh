@@ -116,9 +116,19 @@ export PYTHONUNBUFFERED=1
 export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export TRITON_CACHE_DIR=$STASH/triton   # compiled kernels survive between calls on one machine
 
+# What this script puts in /tmp/site is made under a lock and once per set of carried files: two
+# runs started side by side (7bf4652's gputests and embeddedtests in one call) must not replace a
+# package under the other's imports (pytest's broke in one of them).
+exec 9>/tmp/site.lock
+flock 9
 # Wheels the image lacks (gguf, pytest, exllamav2), carried in .whl/.
-[ -d .whl ] && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-  --upgrade --target /tmp/site .whl/*.whl
+if [ -d .whl ]; then
+  wheels=$(ls .whl | sha256sum | cut -c1-16)
+  if [ "$(cat /tmp/site/.wheels 2>/dev/null)" != "$wheels" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site .whl/*.whl && echo "$wheels" > /tmp/site/.wheels
+  fi
+fi
 
 # The embedded model's GGUF (98 MB) is larger than one call may carry: it comes in parts
 # (`split -b 20000000 -d -a 1 FILE .carry/smol.gguf.part`), some per call, and is put together
@@ -136,6 +146,7 @@ fi
 # and its imports), carried once as .carry/stacks.tgz, unpacked beside the other wheels.
 [ -f .carry/stacks.tgz ] && cp .carry/stacks.tgz "$STASH"/
 [ -f "$STASH/stacks.tgz" ] && [ ! -d /tmp/site/bitsandbytes ] && tar xzf "$STASH/stacks.tgz" -C /tmp/site
+flock -u 9
 # rclpy for the node stages: wheels carried once, stashed for later calls on this machine.
 ROSVENV=/tmp/rosvenv
 [ -d .gpu-ros-wheels ] && mkdir -p "$STASH/gpu-ros-wheels" && cp .gpu-ros-wheels/*.whl "$STASH/gpu-ros-wheels/"
