@@ -100,7 +100,8 @@
 #              machine's config/kernels.yaml for the later stages and stashed; rowstuned puts
 #              the stashed one back in a later call (a call's tree is sent afresh)
 #   familysweep the same for the step's bf16 GEMVs of FAMILY_SWEEP_SHAPES (default the Qwen3
-#              and Gemma 3 shapes furthest below their R_floor targets), before families
+#              and Gemma 3 shapes furthest below their R_floor targets), before families;
+#              FAMILY_SWEEP_KINDS picks other kinds (the 4-bit ones: rms_matvec_q4cuda,...)
 #   specembedded the same on the embedded 135M at ctx 512, whose costs give
 #              benchmarks/speculation_acceptance.py's effective speed-up on the embedded model,
 #              graphed
@@ -471,7 +472,7 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
     familysweep)
       # The step's bf16 GEMV shapes of the families' small shapes (issue 53), swept.
       for shape in ${FAMILY_SWEEP_SHAPES:-qwen3-0.6b qwen3-1.7b gemma-3-1b gemma-3-4b}; do
-        sweep_into_config familysweep "synthetic:$shape" rms_matvec,matvec_add,gate_up
+        sweep_into_config familysweep "synthetic:$shape" "${FAMILY_SWEEP_KINDS:-rms_matvec,matvec_add,gate_up}"
       done
       tail -n 12 config/kernels.yaml;;
     rowstuned)

@@ -74,3 +74,19 @@ def test_every_launch_shape_a_step_looks_up_is_one_the_sweep_tunes(monkeypatch, 
              if '_q4' not in kind}
     assert looked_up - tuned == set(), 'looked up by a kernel, never swept'
     assert tuned - looked_up == set(), 'swept, never looked up'
+
+
+def test_every_tuned_row_of_kernels_yaml_is_a_gemv_of_a_published_shape():
+    # A row whose (kind, N, K) no model looks up never runs, silently: a shape typed wrong, or
+    # keyed otherwise than the kernels key it (72cf15a's H200 gate/up rows were swept under a
+    # key the kernel never asked for). Nor may an entry list one key twice (the later wins).
+    import yaml
+    from physinf_ros.resources import config_path
+    shapes = yaml.safe_load(config_path('models.yaml').read_text())
+    published = {(kind, n, k) for name in shapes for kind, n, k, _ in kernel_sweep.gemv_cases(
+        ModelConfig.from_hf(resolve(f'synthetic:{name}').hf_config))}
+    entries = yaml.safe_load(config_path('kernels.yaml').read_text())
+    for gpu, entry in entries.items():
+        keys = [(row['kind'], row['n'], row['k']) for row in entry.get('gemv', [])]
+        assert len(keys) == len(set(keys)), f'{gpu}: a GEMV listed twice'
+        assert set(keys) - published == set(), f'{gpu}: rows no published shape looks up'
