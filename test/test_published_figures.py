@@ -683,7 +683,7 @@ def v6_verify_rows():
     for line in text[start:].splitlines()[2:]:
         if not line.startswith('|'):
             break
-        cells = [c.strip() for c in line.strip().strip('|').split('|')]
+        cells = table_cells(line)
         rows.append((cells, re.findall(r'`([^`]+\.json)`', cells[-1])[0]))
     return rows
 

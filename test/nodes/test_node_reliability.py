@@ -366,10 +366,6 @@ def test_subscriber_killed_mid_stream_does_not_stop_the_node(harness, figures):
     def heard():
         return sum(line.startswith('token') for line in lines)
 
-    def ended(request_id, mark):
-        return any(e['event'] in ('finished', 'rejected', 'error')
-                   for e in probe.events_for(request_id, mark))
-
     try:
         harness.wait_for(subscribed, 60, 'the listener to subscribe')
         with settings(harness, max_new_tokens=60):
@@ -379,9 +375,10 @@ def test_subscriber_killed_mid_stream_does_not_stop_the_node(harness, figures):
             for _ in range(5):
                 mark, before = probe.mark(), heard()
                 request_id = harness.send(LONG_STORY)
-                harness.wait_for(lambda: heard() - before >= 5 or ended(request_id, mark), 120,
-                                 'the listener to receive tokens, or the reply to end')
-                if not ended(request_id, mark):
+                harness.wait_for(
+                    lambda: heard() - before >= 5 or harness.ended(request_id, mark), 120,
+                    'the listener to receive tokens, or the reply to end')
+                if not harness.ended(request_id, mark):
                     break
                 harness.wait_end(request_id)
             else:

@@ -198,12 +198,15 @@ class Harness:
                           if e['event'] in ('accepted', 'rejected')), None), 30, 'an event')
         return first['id']
 
+    def ended(self, request_id, mark=0):
+        """Return the finished, rejected or error event of a request since mark, or None."""
+        return next((e for e in self.probe.events_for(request_id, mark)
+                     if e['event'] in ('finished', 'rejected', 'error')), None)
+
     def wait_end(self, request_id, timeout=120.0):
         """Wait for the finished, rejected or error event of a request."""
-        return self.wait_for(
-            lambda: next((e for e in self.probe.events_for(request_id)
-                          if e['event'] in ('finished', 'rejected', 'error')), None),
-            timeout, f'request {request_id} to end')
+        return self.wait_for(lambda: self.ended(request_id), timeout,
+                             f'request {request_id} to end')
 
     def streamed(self, mark, response, timeout=10.0):
         """
