@@ -105,6 +105,11 @@
 #   specembedded the same on the embedded 135M at ctx 512, whose costs give
 #              benchmarks/speculation_acceptance.py's effective speed-up on the embedded model,
 #              graphed
+#   determinism benchmarks/seed_repeats.py (does a seeded sampled reply repeat, default kernels
+#              and deterministic ones), then physinf-bench with and without --deterministic on
+#              DETERMINISM_MODELS (default the embedded 135M at ctx 512, the 8B, its 4-bit copy
+#              and the 1B at 2048), graphed, verify k 4 and 8, 3 sessions: what fixed-order
+#              sums cost
 # Logs and results go to $OUT/work and come back as $OUT/results.tgz (the device tool returns
 # at most 8 files), with a short summary on stdout.
 set -uo pipefail
@@ -485,6 +490,18 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
       TAIL=10 run speculation_acceptance 60 python3 benchmarks/speculation_acceptance.py \
         --backend graphed --device cuda --verify-costs "$WORK/verify_embedded.json" \
         --out "$WORK/speculation_acceptance.json";;
+    determinism)
+      TAIL=12 run seed_repeats 200 python3 benchmarks/seed_repeats.py \
+        --out "$WORK/seed_repeats.json"
+      for cell in ${DETERMINISM_MODELS:-embedded@512 synthetic:llama-3.1-8b@2048 synthetic:llama-3.1-8b:gptq@2048 synthetic:llama-3.2-1b@2048}; do
+        model=${cell%@*}; tag=$(model_tag "$model")
+        for arm in default deterministic; do
+          flag=(); [ "$arm" = deterministic ] && flag=(--deterministic)
+          TAIL=6 run "bench_${tag}_$arm" 60 python3 -m physinf_ros.bench.cli --model "$model" \
+            --contexts "${cell#*@}" --modes graphed --sessions 3 --verify-k 4,8 "${flag[@]}" \
+            --out "$WORK/bench_${tag}_$arm.json"
+        done
+      done;;
     *) echo "unknown stage $stage";;
   esac
 done

@@ -54,6 +54,9 @@ def generate_main(argv=None) -> int:
                         help='sample at this temperature (> 0)')
     parser.add_argument('--top-p', type=float, default=1.0, help='nucleus mass when sampling')
     parser.add_argument('--seed', type=int, default=None, help='sampling seed')
+    parser.add_argument('--deterministic', action='store_true',
+                        help='GPU kernels that add in a fixed order (no K split), so a seeded '
+                        'reply repeats bit for bit; slower on shapes whose tuned GEMVs split K')
     parser.add_argument('--no-chat-template', action='store_true',
                         help='send the prompt as raw text, without the chat template')
     parser.add_argument('--system-prompt', default='', help='system turn before the prompt')
@@ -87,7 +90,7 @@ def generate_main(argv=None) -> int:
 
     try:
         engine = load(args.model, args.backend, args.device, args.dtype, args.max_context,
-                      log=_log)
+                      log=_log, deterministic=args.deterministic)
         info = engine.info
         _log(f'{info.model}: backend {info.backend} on {info.device}, {info.dtype}, '
              f'loaded in {engine.load_s:.1f} s' + (f' ({info.note})' if info.note else ''))

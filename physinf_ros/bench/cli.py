@@ -113,6 +113,9 @@ def bench_parser() -> argparse.ArgumentParser:
                         help="with --verify-k: also time this draft model's plain steps (same "
                              'context and prompt) and give the tokens per step a draft pair '
                              'needs, (t_verify(k) + k * t_draft) / t_step')
+    parser.add_argument('--deterministic', action='store_true',
+                        help='our GPU kernels add in a fixed order (the GEMVs that split K run '
+                        "unsplit), as the decoder node's deterministic parameter")
     parser.add_argument('--ttft', metavar='HISTORIES',
                         help='measure time to first token instead of steps: per history length '
                              '(comma-separated, e.g. 0,512,2048,16384; 0: the turn alone) a cold '
@@ -152,7 +155,7 @@ def plan_from_args(args, parser: argparse.ArgumentParser) -> Plan:
                 warmup=args.warmup, sessions=args.sessions, device=args.device,
                 dtype=args.dtype, seed=args.seed, record_unavailable=args.record_unavailable,
                 output=OutputFormat(response_format=schema), tokenizer=args.tokenizer,
-                verify_ks=verify_ks, draft=args.draft)
+                verify_ks=verify_ks, draft=args.draft, deterministic=args.deterministic)
     problems = plan.problems()
     if problems:
         parser.error('; '.join(problems))

@@ -82,6 +82,7 @@ class Plan:
     tokenizer: str = ''   # for a constrained plan on weights without one (synthetic:)
     verify_ks: Tuple[int, ...] = ()   # drafted tokens per timed verify step (none: no verify)
     draft: str = ''   # a draft model whose plain steps are timed too (a speculative plan)
+    deterministic: bool = False   # our kernels add in a fixed order (KernelConfig.deterministic)
 
     def problems(self) -> List[str]:
         """Return why this plan cannot run (empty when it can)."""
@@ -424,7 +425,8 @@ def run(plan: Plan, listener: Listener = Listener(), stop: Callable[[], bool] = 
             continue
         try:
             engine = load(plan.model, runnable[0], plan.device, plan.dtype,
-                          plan.max_context(plan.contexts[0]), log=log)
+                          plan.max_context(plan.contexts[0]), log=log,
+                          deterministic=plan.deterministic)
         except Exception as exc:   # noqa: B902 - recorded per mode, or raised again
             for mode in runnable:
                 give_up(mode, exc)
@@ -497,6 +499,7 @@ def describe(plan: Plan) -> Dict[str, object]:
                             'decoder.step(); constrained_ratio_p50 / _p99: constrained step '
                             'p50 / p99 over the free step p50 / p99',
         'verify_ks': list(plan.verify_ks) or None, 'draft_model': plan.draft or None,
+        'deterministic_kernels': plan.deterministic,
         'verify_step': 'a speculative plan: per session, after the free steps, one more step '
                        '(the pending token), then per k a warm-up (at least one: the graph '
                        'capture) and measured verify steps of k arbitrary drafted ids, each '

@@ -184,12 +184,13 @@ class Engine:
 def load(model: str = EMBEDDED, backend: str = 'auto', device: str = 'auto',
          dtype: str = 'auto', max_context: int = 2048,
          log: Callable[[str], None] = lambda _: None,
-         kernel_config: Optional[KernelConfig] = None) -> Engine:
+         kernel_config: Optional[KernelConfig] = None, deterministic: bool = False) -> Engine:
     """
     Resolve the model spec, load weights and tokenizer, and build the chosen backend.
 
     kernel_config sets our kernels' launch shapes and switches (an A/B builds one per arm); by
-    default config/kernels.yaml's entry for this GPU.
+    default config/kernels.yaml's entry for this GPU. deterministic: our GPU kernels add in a
+    fixed order (KernelConfig.deterministic), so a seeded reply repeats bit for bit.
     """
     start = time.perf_counter()
     torch_device = pick_device(device)
@@ -207,6 +208,9 @@ def load(model: str = EMBEDDED, backend: str = 'auto', device: str = 'auto',
         torch_dtype = fixed
     if kernel_config is None and chosen.family is NATIVE and torch_device.type == 'cuda':
         kernel_config = KernelConfig.for_device(torch_device, log)
+    if deterministic and kernel_config is not None and not kernel_config.deterministic:
+        kernel_config = replace(kernel_config, deterministic=True)
+        log('deterministic kernels: the GEMVs that add into the residual do not split K')
     tokenizer = load_tokenizer(source, log)
     info = DecoderInfo(backend=name, device=device_label(torch_device),
                        dtype=dtype_name(torch_dtype), model=source.name,
@@ -243,7 +247,9 @@ def load_draft(model: str, target: Engine, log: Callable[[str], None] = lambda _
     """
     info = target.info
     draft = load(model, backend=info.backend, device=str(target.device), dtype=info.dtype,
-                 max_context=max_context or info.max_context, log=log)
+                 max_context=max_context or info.max_context, log=log,
+                 deterministic=target.kernel_config is not None
+                 and target.kernel_config.deterministic)
     vocab, draft_vocab = (target.decoder.step_facts().config.vocab_size,
                           draft.decoder.step_facts().config.vocab_size)
     if vocab != draft_vocab:

@@ -299,7 +299,7 @@ class DecoderNode(LifecycleNodeMixin, Node):
         """Load the model, and the speculation's proposer (a draft model loads beside it)."""
         log = self.get_logger().info
         engine = load(s['model'], s['backend'], s['device'], s['dtype'], s['max_context'],
-                      log=log)
+                      log=log, deterministic=s['deterministic'])
         speculation = Speculation.parse(s['speculation'])
         proposer = None
         try:

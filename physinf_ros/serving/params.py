@@ -50,8 +50,13 @@ DECODER_PARAMS = (
           low=0.0, high=5.0),
     Param('top_p', 1.0, 'Nucleus sampling mass kept when temperature > 0; 1 keeps all.',
           low=0.01, high=1.0),
-    Param('seed', -1, 'Sampling seed per request; -1 draws a fresh one each time.',
-          low=-1, high=2**31 - 1),
+    Param('seed', -1, 'Sampling seed per request; -1 draws a fresh one each time. A seed '
+          'repeats its reply bit for bit with deterministic true; without, a repeat can part '
+          'at a near tie of two tokens.', low=-1, high=2**31 - 1),
+    Param('deterministic', False,
+          'GPU kernels that add in a fixed order: the GEMVs whose tuned launch shapes split K '
+          '(their parts meet in float atomics, in the order they finish) run unsplit, so '
+          'replies repeat bit for bit, at some speed on those shapes.', read_only=True),
     Param('use_chat_template', True, "Wrap prompts in the model's chat template."),
     Param('system_prompt', '',
           'System turn put before each prompt (empty: the template default); checked as '

@@ -56,6 +56,11 @@ class KernelConfig:
     # 5.4 steps for any k on the H100 (v3), one GEMV a row 2.0-3.9 steps for k = 1-4 (v2,
     # H200); the crossover by those figures is about 8 rows, until a swept rows kernel wins.
     q4_rows_min: int = 8
+    # GEMVs that add into the residual without splitting K: split K's parts meet in float
+    # atomics in the order their programs finish, so the residual's last bits, and a sampled
+    # token at a near tie, can vary from run to run. Unsplit, a seeded reply repeats bit for
+    # bit, at the cost of the tuned shapes that split K (docs/PERF.md, determinism).
+    deterministic: bool = False
 
     def __post_init__(self):
         if not 16 <= self.rows_max <= 64:
@@ -104,9 +109,9 @@ class KernelConfig:
         """
         Return this configuration with one switch or number set from text, for an A/B.
 
-        name is a switch (evict_first, half2, q4_cuda: value 0 or 1), rows_max or q4_rows_min (a
-        number) or attention.FIELD (a number, set for every model shape); case does not matter
-        (EVICT_FIRST=0 as on the command line).
+        name is a switch (evict_first, half2, q4_cuda, deterministic: value 0 or 1), rows_max or
+        q4_rows_min (a number) or attention.FIELD (a number, set for every model shape); case
+        does not matter (EVICT_FIRST=0 as on the command line).
         """
         owner, _, field_name = name.lower().rpartition('.')
         target = self.attention if owner == 'attention' else self
@@ -117,7 +122,7 @@ class KernelConfig:
             setting = {field_name: int(value)}
         else:
             raise ValueError(f'{name} is not a kernel switch or number: choose evict_first, '
-                             'half2, q4_cuda, rows_max, q4_rows_min or attention.'
+                             'half2, q4_cuda, deterministic, rows_max, q4_rows_min or attention.'
                              + '|'.join(f.name for f in fields(AttentionConfig)))
         if not owner:
             return replace(self, **setting)
@@ -184,9 +189,11 @@ class KernelConfig:
         if INTERPRET or k < config.block_k:
             # Tiny shapes (tests, the interpreter): small tiles keep masks exercised and runs
             # quick; residual GEMVs split K in two so the split path is exercised too.
-            return GemvConfig(min(config.block_n, 16), min(config.block_k, 64),
-                              2 if 'matvec_add' in kind else 1, config.num_warps,
-                              config.tiles_ahead)
+            config = GemvConfig(min(config.block_n, 16), min(config.block_k, 64),
+                                2 if 'matvec_add' in kind else 1, config.num_warps,
+                                config.tiles_ahead)
+        if self.deterministic and config.split_k > 1:
+            return replace(config, split_k=1)
         return config
 
     def stream(self) -> str:
@@ -220,8 +227,10 @@ class KernelConfig:
         """Launch shape of a CUDA 4-bit GEMV: the tuned '<kind>_q4cuda' entry, else the default."""
         tuned = self.tuned.get((kind + '_q4cuda', n, k))
         if tuned is not None:
-            return q4_cuda.Q4Shape.from_gemv(tuned)
-        return q4_cuda.launch_shape(n, k, w.group_size // 8, kind == 'gate_up', accumulate,
+            shape = q4_cuda.Q4Shape.from_gemv(tuned)
+            return replace(shape, split_k=1) if self.deterministic else shape
+        return q4_cuda.launch_shape(n, k, w.group_size // 8, kind == 'gate_up',
+                                    accumulate and not self.deterministic,
                                     torch.cuda.get_device_properties(device)
                                     .multi_processor_count)
 
@@ -235,7 +244,7 @@ class KernelConfig:
                                      in self.attention_shapes.items()],
                 'evict_first': self.evict_first,
                 'half2': self.half2, 'q4_cuda': self.q4_cuda, 'rows_max': self.rows_max,
-                'q4_rows_min': self.q4_rows_min}
+                'q4_rows_min': self.q4_rows_min, 'deterministic': self.deterministic}
 
 
 DEFAULT_CONFIG = KernelConfig()

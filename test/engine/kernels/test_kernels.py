@@ -282,6 +282,25 @@ def test_a_step_timed_by_its_kernels_spans_what_runs_between_them():
             end, spin_ms, whole_ms)
 
 
+def test_deterministic_kernels_never_split_k():
+    # Split K's parts meet in float atomics in the order they finish; deterministic kernels
+    # take every tuned shape unsplit, the step's, the rows' and the CUDA 4-bit kernels' alike.
+    rows = [{'kind': kind, 'n': 4096, 'k': 4096, 'block_n': 16, 'block_k': 512, 'split_k': 4,
+             'num_warps': 8} for kind in ('matvec_add', 'rows_matvec_add', 'matvec_add_q4',
+                                          'matvec_add_q4cuda')]
+    tuned = KernelConfig().with_tuning({'gemv': rows})
+    fixed = tuned.with_flag('DETERMINISTIC', '1')
+    assert fixed.deterministic and not tuned.deterministic
+    for kind in ('matvec_add', 'rows_matvec_add', 'matvec_add_q4'):
+        assert tuned.gemv(kind, 4096, 4096).split_k > 1
+        unsplit = fixed.gemv(kind, 4096, 4096)
+        assert unsplit.split_k == 1
+        assert unsplit.block_n == tuned.gemv(kind, 4096, 4096).block_n   # only the split goes
+    assert tuned.q4_cuda_shape('matvec_add', 4096, 4096, None, True, None).split_k == 4
+    assert fixed.q4_cuda_shape('matvec_add', 4096, 4096, None, True, None).split_k == 1
+    assert fixed.facts()['deterministic'] is True
+
+
 def test_an_ab_builds_one_configuration_per_arm():
     base = KernelConfig().with_tuning({
         'attention': {'splits': 16},
