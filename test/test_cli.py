@@ -34,6 +34,16 @@ def test_generate_with_sampling_options():
     assert len(record['token_ids']) <= 4
 
 
+def test_a_seeded_reply_with_deterministic_kernels_repeats():
+    args = ('--prompt', 'Name a robot.', '--device', 'cpu', '--temperature', '1.2', '--seed',
+            '5', '--max-new-tokens', '6', '--deterministic', '--json')
+    replies = [run(*args) for _ in range(2)]
+    for result in replies:
+        assert result.returncode == 0, result.stderr
+    first, second = (json.loads(r.stdout.strip().splitlines()[-1]) for r in replies)
+    assert first['token_ids'] == second['token_ids'] and first['token_ids']
+
+
 def test_missing_model_is_a_clear_error():
     result = run('--prompt', 'Hi', '--model', '/nonexistent/robot.gguf')
     assert result.returncode == 2
