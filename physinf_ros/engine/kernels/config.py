@@ -55,8 +55,6 @@ class KernelConfig:
     # 4-bit GEMV once a row. Measured (docs/PERF.md, issue 54): the rows kernel's verify costs
     # 5.4 steps for any k on the H100 (v3), one GEMV a row 2.0-3.9 steps for k = 1-4 (v2,
     # H200); the crossover by those figures is about 8 rows, until a swept rows kernel wins.
-    # Where the 4-bit GEMVs run in CUDA (q4_cuda), up to 9 rows take q4_gemv.cu's rows kernel
-    # whatever this says.
     q4_rows_min: int = 8
     # GEMVs that add into the residual without splitting K: split K's parts meet in float
     # atomics in the order their programs finish, so the residual's last bits, and a sampled

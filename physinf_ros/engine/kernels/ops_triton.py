@@ -20,9 +20,7 @@ step has few launches:
   rows_*            the GEMVs and attention over the rows of a verify step or a short prompt
                     (kernels/rows.py): 16-bit weights over up to KernelConfig.rows_max rows,
                     4-bit ones from KernelConfig.q4_rows_min to Q4_ROWS rows, each weight read
-                    once for all rows (fewer rows: the step's 4-bit GEMV once a row); on a GPU
-                    where the step's 4-bit GEMVs run in CUDA, up to 9 rows take q4_gemv.cu's
-                    rows kernel, its codes read once for all rows
+                    once for all rows (fewer rows: the step's 4-bit GEMV once a row)
   dequantize        a 4-bit linear's float weight in one pass, for a longer prompt's products
 A step answers the host itself: its last kernel writes the token and the nanoseconds since embed
 stamped %globaltimer into a pinned host row, so neither a copy nor a timing event follows it.
@@ -1400,27 +1398,6 @@ def _rows_q4(w: PackedLinear, x, y, norm_w, bias, eps, kind: str, config: Kernel
         GROUP=w.group_size, SPLIT_K=split_k, WDTYPE=_TL_DTYPES[w.dtype], **launch)
 
 
-def _q4_rows_cuda(w: PackedLinear, x, y, norm_w, bias, eps, kind: str, config: KernelConfig,
-                  accumulate: bool = False, gelu: bool = False) -> bool:
-    # q4_gemv.cu's rows kernel where the step's 4-bit GEMV runs in CUDA: up to
-    # q4_cuda.ROWS[-1] rows (a verify step's), each code read once for all, SiLU only (as the
-    # step's). False: the caller's path runs instead.
-    if gelu or x.shape[0] > q4_cuda.ROWS[-1] or not config.q4_cuda_path(w, x, norm_w):
-        return False
-    n, k = w.shape
-    gate_up = kind == 'gate_up'
-    if gate_up:
-        n //= 2
-    step = config.q4_cuda_shape(kind, n, k, w, accumulate, x.device)
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    launch = q4_cuda.rows_shape(x.shape[0], n, k, step, accumulate, sms, w.zeros is not None,
-                                config.deterministic)
-    if launch is None:
-        return False
-    q4_cuda.rows_gemv(w, x, y, norm_w, bias, eps, gate_up, accumulate, *launch)
-    return True
-
-
 def _rows_launch(kind: str, n: int, k: int, dtype: torch.dtype, x: torch.Tensor,
                  config: KernelConfig, group: int = 0) -> tuple:
     # (launch shape, the launch's common keywords) of a rows GEMV of kind, N and K for the
@@ -1450,8 +1427,6 @@ def rows_rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w, bias: Optional[tor
         return ops_torch.rms_matvec(x, norm_w, w, bias, eps, out, PROMPT)
     n, k = w.shape
     y = torch.empty(x.shape[0], n, device=x.device, dtype=torch.float32) if out is None else out
-    if path != 'rows' and _q4_rows_cuda(w, x, y, norm_w, bias, eps, 'rms_matvec', config):
-        return y
     if path == 'q4_each':
         for x_row, y_row in zip(x, y):
             _q4_gemv(w, x_row, y_row, norm_w, bias, eps, 'rms_matvec', config)
@@ -1472,9 +1447,6 @@ def rows_matvec_add(x: torch.Tensor, a: torch.Tensor, w,
     path = _rows_path(x, w, config)
     if path == 'dense':
         ops_torch.matvec_add(x, a, w, PROMPT)
-        return
-    if path != 'rows' and _q4_rows_cuda(w, a, x, None, None, 0.0, 'matvec_add', config,
-                                        accumulate=True):
         return
     if path == 'q4_each':
         for x_row, a_row in zip(x, a):
@@ -1514,9 +1486,6 @@ def rows_gate_up(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up, eps: float, g
         return op(x, norm_w, w_gate_up, eps, PROMPT)
     n2, k = w_gate_up.shape
     y = torch.empty(x.shape[0], n2 // 2, device=x.device, dtype=torch.float32)
-    if path != 'rows' and _q4_rows_cuda(w_gate_up, x, y, norm_w, None, eps, 'gate_up', config,
-                                        gelu=gelu):
-        return y
     if path == 'q4_each':
         for x_row, y_row in zip(x, y):
             _q4_gemv(w_gate_up, x_row, y_row, norm_w, None, eps, 'gate_up', config, gelu=gelu)

@@ -22,14 +22,6 @@ THREADS = 256                      # per block, fixed in q4_gemv.cu
 COLUMNS = (128, 64, 32, 16)        # columns per block that q4_gemv.cu instantiates
 SPLITS = (1, 2, 4, 8, 16)          # K splits tried for residual GEMVs (float atomics)
 BLOCKS_PER_SM = 1.5                # the launch shape's target: enough blocks to fill the GPU
-# The rows kernel (q4_rows_kernel: a verify step's k + 1 rows, its codes read once for all) is
-# built for these row counts (k = 1, 4, 8 exactly; others padded) and column blocks; one
-# block a SM (up to 255 registers a thread at 9 rows of gate/up).
-ROWS = (2, 5, 9)
-ROWS_COLUMNS = (64, 32, 16)
-# The staged inputs of a rows launch stay within this (bytes); a residual GEMV splits K further
-# to fit it, a norm GEMV (whole K a block) that does not fit takes the step's kernel a row.
-ROWS_SMEM = 100 * 1024
 
 
 @dataclass(frozen=True)
@@ -108,12 +100,6 @@ def _declare(handle: ctypes.CDLL) -> None:
     # accumulate, stream, pdl, device), as physinf_q4_gemv declares them.
     fn.argtypes = ([ctypes.c_int] * 4 + [ctypes.c_void_p] * 7 + [ctypes.c_int] * 5
                    + [ctypes.c_float, ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int] * 2)
-    rows = handle.physinf_q4_rows
-    rows.restype = ctypes.c_int
-    # (rows_p, r_count, cols, unit, gate_up, bf16; 7 pointers; n, k, n_all, group_rows,
-    # split_k; eps, accumulate, stream, pdl, device), as physinf_q4_rows declares them.
-    rows.argtypes = ([ctypes.c_int] * 6 + [ctypes.c_void_p] * 7 + [ctypes.c_int] * 5
-                     + [ctypes.c_float, ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int] * 2)
     handle.physinf_cuda_error.restype = ctypes.c_char_p
     handle.physinf_cuda_error.argtypes = [ctypes.c_int]
 
@@ -154,56 +140,3 @@ def gemv(w: PackedLinear, x: torch.Tensor, y: torch.Tensor, norm_w: Optional[tor
     if code:
         raise RuntimeError(f'q4_gemv launch failed: {lib.handle.physinf_cuda_error(code).decode()}'
                            f' (cuda error {code}; shape {shape}, N {n}, K {k})')
-
-
-def rows_shape(r_count: int, n: int, k: int, step: Q4Shape, accumulate: bool, sms: int,
-               has_zeros: bool, fixed_split: bool = False) -> Optional[Tuple[int, Q4Shape]]:
-    """
-    Return (rows padded, launch shape) of the rows kernel over r_count rows, or None.
-
-    step is the step GEMV's shape for the same linear: its unit and split are kept. The columns
-    are the widest of ROWS_COLUMNS that still gives every SM a block (each block stages every
-    row's inputs: fewer, wider blocks stage less), else the narrowest; a residual GEMV splits K
-    further until its staged inputs fit ROWS_SMEM, unless
-    fixed_split (deterministic kernels: a split is an order of float atomics). None: more rows
-    than ROWS takes, or a staging that does not fit.
-    """
-    rows_p = next((rows for rows in ROWS if r_count <= rows), None)
-    if rows_p is None:
-        return None
-    word_rows = k // CODES_PER_WORD
-    staged_row = 16 + (4 if has_zeros else 0)   # bytes a word row of one input row stages
-    split = step.split_k
-    while rows_p * -(-word_rows // split) * staged_row > ROWS_SMEM:
-        if not accumulate or fixed_split or split * 2 > word_rows // step.unit:
-            return None
-        split *= 2
-    cols = next((cols for cols in ROWS_COLUMNS if -(-n // cols) * split >= sms),
-                ROWS_COLUMNS[-1])
-    return rows_p, Q4Shape(cols, step.unit, split)
-
-
-def rows_gemv(w: PackedLinear, x: torch.Tensor, y: torch.Tensor,
-              norm_w: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float,
-              gate_up: bool, accumulate: bool, rows_p: int, shape: Q4Shape) -> None:
-    """
-    Run gemv over the rows of x ([R, K], R <= rows_p) into y ([R, N]) in one q4_rows_kernel.
-
-    Each row's result is gemv's of that row (its own norm), up to the order of float32 sums.
-    """
-    lib = library(x.device)
-    n, k = w.shape
-    if gate_up:
-        n //= 2
-    code = lib.handle.physinf_q4_rows(
-        rows_p, x.shape[0], shape.cols, shape.unit, int(gate_up), int(w.dtype == torch.bfloat16),
-        w.codes.data_ptr(), w.scales.data_ptr(),
-        w.zeros.data_ptr() if w.zeros is not None else None, x.data_ptr(),
-        norm_w.data_ptr() if norm_w is not None else None,
-        bias.data_ptr() if bias is not None else None, y.data_ptr(), n, k, w.codes.shape[1],
-        w.group_size // CODES_PER_WORD, shape.split_k, eps, int(accumulate),
-        torch.cuda.current_stream(x.device).cuda_stream, int(lib.pdl), x.device.index or 0)
-    if code:
-        raise RuntimeError(f'q4_rows launch failed: {lib.handle.physinf_cuda_error(code).decode()}'
-                           f' (cuda error {code}; {x.shape[0]} rows, shape {shape}, N {n}, '
-                           f'K {k})')

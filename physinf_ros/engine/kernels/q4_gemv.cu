@@ -33,55 +33,38 @@ __device__ __forceinline__ void wait_for_inputs() {
 #endif
 }
 
-// The codes of word w as code - 8 in the four half2 pairs dot8 multiplies: (c0, c4), (c1, c5),
-// (c2, c6), (c3, c7), exact.
-__device__ __forceinline__ void unpack8(uint32_t w, uint32_t (&c)[4]) {
-  asm("{\n\t"
-      ".reg .b32 s;\n\t"
-      "lop3.b32 %0, %4, 0x000F000F, 0x64006400, 0xEA;\n\t"
-      "lop3.b32 %1, %4, 0x00F000F0, 0x64006400, 0xEA;\n\t"
-      "shr.u32 s, %4, 8;\n\t"
-      "lop3.b32 %2, s, 0x000F000F, 0x64006400, 0xEA;\n\t"
-      "lop3.b32 %3, s, 0x00F000F0, 0x64006400, 0xEA;\n\t"
-      "sub.f16x2 %0, %0, %5;\n\t"
-      "fma.rn.f16x2 %1, %1, %6, %7;\n\t"
-      "sub.f16x2 %2, %2, %5;\n\t"
-      "fma.rn.f16x2 %3, %3, %6, %7;\n\t"
-      "}"
-      : "=&r"(c[0]), "=&r"(c[1]), "=&r"(c[2]), "=&r"(c[3])   // early clobber: w is read after
-      : "r"(w),
-        // 1032 (1024 + 8), 1/16 and -72, as half2 pairs: (1024 + code) - 1032 and
-        // (1024 + 16 code) / 16 - 72 are code - 8 exactly.
-        "r"(0x64086408u), "r"(0x2C002C00u), "r"(0xD480D480u));
-}
-
-// sum_j (code_j - 8) * x_j over a word's unpacked codes; x holds the packed pairs (x0, x4),
-// (x1, x5), (x2, x6), (x3, x7).
-__device__ __forceinline__ float dot_unpacked(const uint32_t (&c)[4], const uint4& x) {
+// sum_j (code_j - 8) * x_j over the 8 codes of word w; x holds the packed pairs
+// (x0, x4), (x1, x5), (x2, x6), (x3, x7). Bit for bit kernels._HALF2_DOT.
+__device__ __forceinline__ float dot8(uint32_t w, const uint4& x) {
   float out;
   asm("{\n\t"
-      ".reg .b32 h;\n\t"
+      ".reg .b32 c0, c1, c2, c3, s, h;\n\t"
       ".reg .f16 lo, hi;\n\t"
       ".reg .f32 flo, fhi;\n\t"
-      "mul.rn.f16x2 h, %1, %5;\n\t"
-      "fma.rn.f16x2 h, %2, %6, h;\n\t"
-      "fma.rn.f16x2 h, %3, %7, h;\n\t"
-      "fma.rn.f16x2 h, %4, %8, h;\n\t"
+      "lop3.b32 c0, %1, 0x000F000F, 0x64006400, 0xEA;\n\t"
+      "lop3.b32 c1, %1, 0x00F000F0, 0x64006400, 0xEA;\n\t"
+      "shr.u32 s, %1, 8;\n\t"
+      "lop3.b32 c2, s, 0x000F000F, 0x64006400, 0xEA;\n\t"
+      "lop3.b32 c3, s, 0x00F000F0, 0x64006400, 0xEA;\n\t"
+      "sub.f16x2 c0, c0, %6;\n\t"
+      "fma.rn.f16x2 c1, c1, %7, %8;\n\t"
+      "sub.f16x2 c2, c2, %6;\n\t"
+      "fma.rn.f16x2 c3, c3, %7, %8;\n\t"
+      "mul.rn.f16x2 h, c0, %2;\n\t"
+      "fma.rn.f16x2 h, c1, %3, h;\n\t"
+      "fma.rn.f16x2 h, c2, %4, h;\n\t"
+      "fma.rn.f16x2 h, c3, %5, h;\n\t"
       "mov.b32 {lo, hi}, h;\n\t"
       "cvt.f32.f16 flo, lo;\n\t"
       "cvt.f32.f16 fhi, hi;\n\t"
       "add.f32 %0, flo, fhi;\n\t"
       "}"
       : "=f"(out)
-      : "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(x.x), "r"(x.y), "r"(x.z), "r"(x.w));
+      : "r"(w), "r"(x.x), "r"(x.y), "r"(x.z), "r"(x.w),
+        // 1032 (1024 + 8), 1/16 and -72, as half2 pairs: (1024 + code) - 1032 and
+        // (1024 + 16 code) / 16 - 72 are code - 8 exactly.
+        "r"(0x64086408u), "r"(0x2C002C00u), "r"(0xD480D480u));
   return out;
-}
-
-// sum_j (code_j - 8) * x_j over the 8 codes of word w. Bit for bit kernels._HALF2_DOT.
-__device__ __forceinline__ float dot8(uint32_t w, const uint4& x) {
-  uint32_t c[4];
-  unpack8(w, c);
-  return dot_unpacked(c, x);
 }
 
 // A value rounded to the model dtype, as transformers rounds the GEMV input.
@@ -342,226 +325,12 @@ q4_gemv_kernel(const uint32_t* __restrict__ qw, const __half* __restrict__ scale
   }
 }
 
-// One unit into the accumulators of every row: each word unpacked once, then its dots with
-// each row's inputs, scaled as they are added (xs and row_sums hold stride entries a row).
-template <int ROWS, int UNIT, bool GATE_UP>
-__device__ __forceinline__ void sum_tile_rows(const Tile<UNIT, GATE_UP>& t, const uint4* xs,
-                                              const float* row_sums, int stride, int row,
-                                              int col, int n, int n_all, int group,
-                                              const __half* scales, const uint8_t* zeros,
-                                              float (&acc)[ROWS][4], float (&acc_up)[ROWS][4]) {
-  const size_t at = (size_t)group * n_all + col;
-  float s[4], s_up[4];
-  scale4(s, scales, at);
-  if (GATE_UP) scale4(s_up, scales, at + n);
-#pragma unroll
-  for (int j = 0; j < UNIT; j++) {
-    uint32_t c[4][4], c_up[GATE_UP ? 4 : 1][4];
-    unpack8(t.gate[j].x, c[0]);
-    unpack8(t.gate[j].y, c[1]);
-    unpack8(t.gate[j].z, c[2]);
-    unpack8(t.gate[j].w, c[3]);
-    if (GATE_UP) {
-      unpack8(t.up[j].x, c_up[0]);
-      unpack8(t.up[j].y, c_up[1]);
-      unpack8(t.up[j].z, c_up[2]);
-      unpack8(t.up[j].w, c_up[3]);
-    }
-#pragma unroll
-    for (int r = 0; r < ROWS; r++) {
-      const uint4 x = xs[r * stride + row + j];
-#pragma unroll
-      for (int q = 0; q < 4; q++) {
-        acc[r][q] = fmaf(dot_unpacked(c[q], x), s[q], acc[r][q]);
-        if (GATE_UP) acc_up[r][q] = fmaf(dot_unpacked(c_up[GATE_UP ? q : 0], x), s_up[q],
-                                         acc_up[r][q]);
-      }
-    }
-  }
-  if (zeros != nullptr) {
-    // (code - zero) = (code - 8) + (8 - zero): the second part times the unit's input sum.
-    const uint32_t z = *reinterpret_cast<const uint32_t*>(zeros + at);
-    const uint32_t z_up = GATE_UP ? *reinterpret_cast<const uint32_t*>(zeros + at + n) : 0u;
-#pragma unroll
-    for (int r = 0; r < ROWS; r++) {
-      float x_sum = 0.f;
-#pragma unroll
-      for (int j = 0; j < UNIT; j++) x_sum += row_sums[r * stride + row + j];
-#pragma unroll
-      for (int q = 0; q < 4; q++) {
-        acc[r][q] += (8.f - (float)((z >> (8 * q)) & 0xFF)) * x_sum * s[q];
-        if (GATE_UP) acc_up[r][q] += (8.f - (float)((z_up >> (8 * q)) & 0xFF)) * x_sum * s_up[q];
-      }
-    }
-  }
-}
-
-// q4_gemv_kernel over up to ROWS rows of x ([r_count, K], y [r_count, N]): a verify step's
-// k + 1 rows. The codes are read once for all rows, each word unpacked once for them; the rows'
-// inputs are staged side by side (rows past r_count as zeros, their outputs not written). The
-// cross-warp sums reuse the staging memory.
-template <int ROWS, int COLS, int UNIT, bool GATE_UP>
-__global__ void __launch_bounds__(THREADS, 1)
-q4_rows_kernel(const uint32_t* __restrict__ qw, const __half* __restrict__ scales,
-               const uint8_t* __restrict__ zeros, const float* __restrict__ x,
-               const uint16_t* __restrict__ norm, const uint16_t* __restrict__ bias,
-               float* __restrict__ y, int r_count, int n, int k, int n_all, int group_rows,
-               int units_per_split, float eps, int accumulate, int bf16) {
-  constexpr int LANES_N = COLS / 4;
-  constexpr int LANES_R = THREADS / LANES_N;
-  constexpr int WARPS = THREADS / 32;
-  extern __shared__ uint4 xs[];   // ROWS x (the split's rows) packed inputs, then their sums
-  __shared__ float warp_sums[ROWS][WARPS];
-
-  const int tid = threadIdx.x;
-  const int lane_n = tid % LANES_N;
-  const int lane_r = tid / LANES_N;
-  const int col = blockIdx.x * COLS + lane_n * 4;
-  const bool has_col = col < n;
-  const int units = k / 8 / UNIT;
-  const int u_begin = blockIdx.y * units_per_split;
-  const int u_end = min(u_begin + units_per_split, units);
-  const int r_begin = u_begin * UNIT;
-  const int rows = (u_end - u_begin) * UNIT;
-  const int stride = units_per_split * UNIT;
-  float* row_sums = reinterpret_cast<float*>(xs + ROWS * stride);
-
-  Tile<UNIT, GATE_UP> a, b;
-  int u = u_begin + lane_r;
-  if (has_col && u < u_end) load_tile(a, qw, u * UNIT, col, n, n_all);
-  if (has_col && u + LANES_R < u_end) load_tile(b, qw, (u + LANES_R) * UNIT, col, n, n_all);
-  wait_for_inputs();
-
-  // Each row's rstd (with a norm the block holds every input of x: no K split), then its
-  // inputs staged as q4_gemv_kernel stages its one row's.
-  float rstd[ROWS];
-#pragma unroll
-  for (int r = 0; r < ROWS; r++) {
-    rstd[r] = 1.f;
-    if (norm == nullptr) continue;
-    float squares = 0.f;
-    if (r < r_count) {
-      for (int i = tid; i < rows; i += THREADS) {
-        float v[8];
-        uint4 unused;
-        load_row(v, unused, x + (size_t)r * k, nullptr, r_begin + i);
-#pragma unroll
-        for (int j = 0; j < 8; j++) squares += v[j] * v[j];
-      }
-    }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2)
-      squares += __shfl_xor_sync(0xffffffffu, squares, offset);
-    if (tid % 32 == 0) warp_sums[r][tid / 32] = squares;
-  }
-  if (norm != nullptr) {
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < ROWS; r++) {
-      float total = 0.f;
-#pragma unroll
-      for (int w = 0; w < WARPS; w++) total += warp_sums[r][w];
-      rstd[r] = 1.f / sqrtf(total / (float)k + eps);
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < ROWS; r++) {
-    for (int i = tid; i < rows; i += THREADS) {
-      if (r < r_count) {
-        float v[8];
-        uint4 g;
-        load_row(v, g, x + (size_t)r * k, norm, r_begin + i);
-        stage_row(v, g, norm != nullptr, rstd[r], bf16, xs + r * stride, row_sums + r * stride,
-                  zeros, i);
-      } else {
-        xs[r * stride + i] = make_uint4(0u, 0u, 0u, 0u);
-        if (zeros != nullptr) row_sums[r * stride + i] = 0.f;
-      }
-    }
-  }
-  __syncthreads();
-
-  float acc[ROWS][4], acc_up[ROWS][4];
-#pragma unroll
-  for (int r = 0; r < ROWS; r++) {
-#pragma unroll
-    for (int q = 0; q < 4; q++) acc[r][q] = acc_up[r][q] = 0.f;
-  }
-  if (has_col) {
-    while (u < u_end) {
-      sum_tile_rows<ROWS>(a, xs, row_sums, stride, u * UNIT - r_begin, col, n, n_all,
-                          u * UNIT / group_rows, scales, zeros, acc, acc_up);
-      if (u + 2 * LANES_R < u_end) load_tile(a, qw, (u + 2 * LANES_R) * UNIT, col, n, n_all);
-      u += LANES_R;
-      if (u >= u_end) break;
-      sum_tile_rows<ROWS>(b, xs, row_sums, stride, u * UNIT - r_begin, col, n, n_all,
-                          u * UNIT / group_rows, scales, zeros, acc, acc_up);
-      if (u + 2 * LANES_R < u_end) load_tile(b, qw, (u + 2 * LANES_R) * UNIT, col, n, n_all);
-      u += LANES_R;
-    }
-  }
-
-  // Sum the row lanes of each column: within a warp by shuffles, then across the warps in the
-  // staging memory, free once every thread is past its loop.
-#pragma unroll
-  for (int offset = LANES_N; offset < 32; offset *= 2) {
-#pragma unroll
-    for (int r = 0; r < ROWS; r++) {
-#pragma unroll
-      for (int q = 0; q < 4; q++) {
-        acc[r][q] += __shfl_xor_sync(0xffffffffu, acc[r][q], offset);
-        if (GATE_UP) acc_up[r][q] += __shfl_xor_sync(0xffffffffu, acc_up[r][q], offset);
-      }
-    }
-  }
-  __syncthreads();
-  float* red = reinterpret_cast<float*>(xs);   // [GATE_UP ? 2 : 1][ROWS][WARPS][COLS]
-  const int warp = tid / 32;
-  if (tid % 32 < LANES_N) {
-#pragma unroll
-    for (int r = 0; r < ROWS; r++) {
-#pragma unroll
-      for (int q = 0; q < 4; q++) {
-        red[(r * WARPS + warp) * COLS + lane_n * 4 + q] = acc[r][q];
-        if (GATE_UP) red[((ROWS + r) * WARPS + warp) * COLS + lane_n * 4 + q] = acc_up[r][q];
-      }
-    }
-  }
-  __syncthreads();
-  for (int i = tid; i < r_count * COLS; i += THREADS) {
-    const int r = i / COLS, j = i % COLS;
-    const int out = blockIdx.x * COLS + j;
-    if (out >= n) continue;
-    float sum = 0.f;
-#pragma unroll
-    for (int w = 0; w < WARPS; w++) sum += red[(r * WARPS + w) * COLS + j];
-    if (GATE_UP) {
-      float up = 0.f;
-#pragma unroll
-      for (int w = 0; w < WARPS; w++) up += red[((ROWS + r) * WARPS + w) * COLS + j];
-      sum = sum / (1.f + expf(-sum)) * up;
-    }
-    float* dst = y + (size_t)r * n + out;
-    if (accumulate) {
-      atomicAdd(dst, sum);
-    } else {
-      if (bias != nullptr) sum += model_value(bias[out], bf16);
-      *dst = sum;
-    }
-  }
-}
-
-// Shared memory of a rows launch: the staged inputs (and their sums), or the cross-warp sums,
-// whichever is larger.
-size_t rows_smem(int rows_p, int cols, bool gate_up, bool has_zeros, size_t stride) {
-  const size_t staged = rows_p * stride * (sizeof(uint4) + (has_zeros ? sizeof(float) : 0));
-  const size_t sums = (gate_up ? 2 : 1) * (size_t)rows_p * (THREADS / 32) * cols * sizeof(float);
-  return staged > sums ? staged : sums;
-}
-
-template <typename Kernel, typename... Args>
-cudaError_t launch_kernel(Kernel kernel, dim3 grid, size_t smem, cudaStream_t stream, bool pdl,
-                          Args... args) {
+template <int COLS, int UNIT, bool GATE_UP>
+cudaError_t launch(dim3 grid, size_t smem, cudaStream_t stream, bool pdl, const void* qw,
+                   const void* scales, const void* zeros, const void* x, const void* norm,
+                   const void* bias, void* y, int n, int k, int n_all, int group_rows,
+                   int units_per_split, float eps, int accumulate, int bf16) {
+  auto kernel = q4_gemv_kernel<COLS, UNIT, GATE_UP>;
   if (smem > 48 * 1024) {
     const cudaError_t err = cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -577,20 +346,12 @@ cudaError_t launch_kernel(Kernel kernel, dim3 grid, size_t smem, cudaStream_t st
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&config, kernel, args...);
-}
-
-template <int COLS, int UNIT, bool GATE_UP>
-cudaError_t launch(dim3 grid, size_t smem, cudaStream_t stream, bool pdl, const void* qw,
-                   const void* scales, const void* zeros, const void* x, const void* norm,
-                   const void* bias, void* y, int n, int k, int n_all, int group_rows,
-                   int units_per_split, float eps, int accumulate, int bf16) {
-  return launch_kernel(q4_gemv_kernel<COLS, UNIT, GATE_UP>, grid, smem, stream, pdl,
-                       static_cast<const uint32_t*>(qw), static_cast<const __half*>(scales),
-                       static_cast<const uint8_t*>(zeros), static_cast<const float*>(x),
-                       static_cast<const uint16_t*>(norm), static_cast<const uint16_t*>(bias),
-                       static_cast<float*>(y), n, k, n_all, group_rows, units_per_split, eps,
-                       accumulate, bf16);
+  return cudaLaunchKernelEx(&config, kernel, static_cast<const uint32_t*>(qw),
+                            static_cast<const __half*>(scales),
+                            static_cast<const uint8_t*>(zeros), static_cast<const float*>(x),
+                            static_cast<const uint16_t*>(norm),
+                            static_cast<const uint16_t*>(bias), static_cast<float*>(y), n, k,
+                            n_all, group_rows, units_per_split, eps, accumulate, bf16);
 }
 
 template <int UNIT, bool GATE_UP>
@@ -611,49 +372,6 @@ cudaError_t launch_cols(int cols, dim3 grid, size_t smem, cudaStream_t stream, b
     default: return cudaErrorInvalidValue;
   }
 #undef PHYSINF_Q4_LAUNCH
-}
-
-template <int ROWS, int UNIT, bool GATE_UP>
-cudaError_t launch_rows_cols(int cols, dim3 grid, size_t smem, cudaStream_t stream, bool pdl,
-                             const void* qw, const void* scales, const void* zeros,
-                             const void* x, const void* norm, const void* bias, void* y,
-                             int r_count, int n, int k, int n_all, int group_rows,
-                             int units_per_split, float eps, int accumulate, int bf16) {
-#define PHYSINF_Q4_ROWS_LAUNCH(C)                                                             \
-  return launch_kernel(q4_rows_kernel<ROWS, C, UNIT, GATE_UP>, grid, smem, stream, pdl,       \
-                       static_cast<const uint32_t*>(qw), static_cast<const __half*>(scales),  \
-                       static_cast<const uint8_t*>(zeros), static_cast<const float*>(x),      \
-                       static_cast<const uint16_t*>(norm), static_cast<const uint16_t*>(bias),\
-                       static_cast<float*>(y), r_count, n, k, n_all, group_rows,              \
-                       units_per_split, eps, accumulate, bf16)
-  switch (cols) {
-    case 16: PHYSINF_Q4_ROWS_LAUNCH(16);
-    case 32: PHYSINF_Q4_ROWS_LAUNCH(32);
-    case 64: PHYSINF_Q4_ROWS_LAUNCH(64);
-    default: return cudaErrorInvalidValue;
-  }
-#undef PHYSINF_Q4_ROWS_LAUNCH
-}
-
-template <int ROWS>
-cudaError_t launch_rows(int cols, int unit, bool gate_up, dim3 grid, size_t smem,
-                        cudaStream_t stream, bool pdl, const void* qw, const void* scales,
-                        const void* zeros, const void* x, const void* norm, const void* bias,
-                        void* y, int r_count, int n, int k, int n_all, int group_rows,
-                        int units_per_split, float eps, int accumulate, int bf16) {
-  if (gate_up && unit == 4)
-    return launch_rows_cols<ROWS, 4, true>(cols, grid, smem, stream, pdl, qw, scales, zeros, x,
-                                           norm, bias, y, r_count, n, k, n_all, group_rows,
-                                           units_per_split, eps, accumulate, bf16);
-  if (!gate_up && unit == 8)
-    return launch_rows_cols<ROWS, 8, false>(cols, grid, smem, stream, pdl, qw, scales, zeros, x,
-                                            norm, bias, y, r_count, n, k, n_all, group_rows,
-                                            units_per_split, eps, accumulate, bf16);
-  if (!gate_up && unit == 4)
-    return launch_rows_cols<ROWS, 4, false>(cols, grid, smem, stream, pdl, qw, scales, zeros, x,
-                                            norm, bias, y, r_count, n, k, n_all, group_rows,
-                                            units_per_split, eps, accumulate, bf16);
-  return cudaErrorInvalidValue;
 }
 
 }  // namespace
@@ -697,43 +415,6 @@ extern "C" int physinf_q4_gemv(int cols, int unit, int gate_up, int bf16, const 
                                       y, n, k, n_all, group_rows, units_per_split, eps,
                                       accumulate, bf16);
   return cudaErrorInvalidValue;
-}
-
-// physinf_q4_gemv over r_count rows of x (float32 [r_count, K]) into y ([r_count, N]): the
-// kernel for rows_p rows (2, 5 or 9, at least r_count) reads each code once for all of them.
-// cols: 16, 32 or 64. Returns 0 or a cudaError_t.
-extern "C" int physinf_q4_rows(int rows_p, int r_count, int cols, int unit, int gate_up,
-                               int bf16, const void* qw, const void* scales, const void* zeros,
-                               const void* x, const void* norm, const void* bias, void* y,
-                               int n, int k, int n_all, int group_rows, int split_k, float eps,
-                               int accumulate, void* stream, int pdl, int device) {
-  int current = -1;
-  if (cudaGetDevice(&current) != cudaSuccess || current != device) {
-    const cudaError_t err = cudaSetDevice(device);
-    if (err != cudaSuccess) return (int)err;
-  }
-  if (k % (8 * unit) || group_rows % unit || n % 4 || split_k < 1 || (norm && split_k != 1) ||
-      r_count < 1 || r_count > rows_p || (gate_up && unit != 4))
-    return cudaErrorInvalidValue;
-  const int units = k / 8 / unit;
-  const int units_per_split = (units + split_k - 1) / split_k;
-  const dim3 grid((n + cols - 1) / cols, (units + units_per_split - 1) / units_per_split);
-  const size_t smem = rows_smem(rows_p, cols, gate_up != 0, zeros != nullptr,
-                                (size_t)units_per_split * unit);
-  const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const bool p = pdl != 0;
-  switch (rows_p) {
-#define PHYSINF_Q4_ROWS(R)                                                                    \
-  case R:                                                                                     \
-    return (int)launch_rows<R>(cols, unit, gate_up != 0, grid, smem, s, p, qw, scales, zeros, \
-                               x, norm, bias, y, r_count, n, k, n_all, group_rows,            \
-                               units_per_split, eps, accumulate, bf16);
-    PHYSINF_Q4_ROWS(2)
-    PHYSINF_Q4_ROWS(5)
-    PHYSINF_Q4_ROWS(9)
-#undef PHYSINF_Q4_ROWS
-    default: return cudaErrorInvalidValue;
-  }
 }
 
 extern "C" const char* physinf_cuda_error(int code) {

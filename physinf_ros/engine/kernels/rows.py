@@ -9,8 +9,7 @@ rows meet each weight tile in one product (norm, activation and residual fused a
 step's kernels), more rows go to cuBLAS; a 4-bit linear's codes are read once for
 KernelConfig.q4_rows_min to ops_triton.Q4_ROWS rows and dequantised in registers, fewer rows
 (a short verify step) take the step's 4-bit GEMV once a row, more dequantise it whole for
-cuBLAS; where the step's 4-bit GEMVs run in CUDA, up to 9 rows take q4_gemv.cu's rows kernel
-(each code read and unpacked once for all rows).
+cuBLAS.
 Attention is rows_rope_attention: every row stores its key and value at pos[j], then row j
 attends over 0..pos[j], so the rows see each other causally, as a prefill's would.
 Shapes depend on n only, so a verify step is captured once per n.

@@ -140,90 +140,6 @@ def test_cuda_q4_gemv_replays_in_a_graph_with_the_triton_kernels():
         assert rel(x, x_eager) < ORDER_NORMED
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize('op,n,k,group', CASES)
-@pytest.mark.parametrize('asymmetric', [False, True])
-def test_cuda_rows_kernel_gives_each_row_the_step_kernels_result(op, n, k, group, asymmetric):
-    # A verify step's rows through q4_rows_kernel, at every row count it takes and every launch
-    # shape: each row as the step's kernel computes it alone (the same products; float32 sums
-    # in another order, and the scale applied a word instead of a unit).
-    if q4_cuda.unavailable(CUDA):
-        pytest.fail(f'the CUDA 4-bit kernels did not build: {q4_cuda.unavailable(CUDA)}')
-    dtype = torch.bfloat16
-    gate_up, accumulate = op == 'gate_up', op == 'matvec_add'
-    w = packed(2 * n if gate_up else n, k, group, dtype, asymmetric, seed=n + k)
-    norm = None if accumulate else inputs(k, dtype, seed=k)[1]
-    bias = torch.randn(n, device=CUDA).to(dtype) if op == 'qkv' else None
-    kind = {'qkv': 'rms_matvec', 'gate_up': 'gate_up', 'matvec_add': 'matvec_add'}[op]
-    config = KernelConfig()
-    step = config.q4_cuda_shape(kind, n, k, w, accumulate, CUDA)
-    bound = ORDER if accumulate else ORDER_NORMED
-    for r_count in range(1, q4_cuda.ROWS[-1] + 1):
-        x = torch.stack([inputs(k, dtype, seed=k + 7 * r)[0] for r in range(r_count)])
-        expected = torch.stack([run(op, config, w, row, norm, bias, n) for row in x])
-        splits = (1, 2, 4) if accumulate else (1,)
-        for rows_p in (rows for rows in q4_cuda.ROWS if rows >= r_count):
-            for cols in q4_cuda.ROWS_COLUMNS:
-                for split in splits:
-                    shape = Q4Shape(cols, step.unit, split)
-                    y = (torch.linspace(-1, 1, n, device=CUDA).repeat(r_count, 1) if accumulate
-                         else torch.full((r_count, n), float('nan'), device=CUDA))
-                    q4_cuda.rows_gemv(w, x, y, norm, bias, 1e-5, gate_up, accumulate, rows_p,
-                                      shape)
-                    for r in range(r_count):
-                        assert rel(y[r], expected[r]) < bound, (r_count, rows_p, shape, r)
-
-
-@pytest.mark.gpu
-def test_a_4bit_verify_takes_the_cuda_rows_kernel_in_a_graph():
-    # RowOps' 4-bit linears over 5 rows, captured in a graph as a verify step is: the CUDA
-    # rows kernel, each row as the step's kernel gives it.
-    from physinf_ros.engine.kernels.rows import RowOps
-    w_up = packed(2 * 256, 512, 128, torch.bfloat16, False, seed=1)
-    w_down = packed(512, 256, 128, torch.bfloat16, False, seed=2)
-    norm = torch.ones(512, device=CUDA, dtype=torch.bfloat16)
-    x = torch.randn(5, 512, device=CUDA)
-    expected = x.clone()
-    ops = KernelOps(KernelConfig())
-    for row in expected:
-        ops.matvec_add(row, ops.rms_gate_up_silu(row, norm, w_up, 1e-5), w_down)
-    rows = RowOps(ops)
-    start = x.clone()
-
-    def verify():
-        rows.matvec_add(x, rows.rms_gate_up_silu(x, norm, w_up, 1e-5), w_down)
-    verify()   # built and warmed outside the capture, as the engine does
-    x.copy_(start)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        verify()
-    x.copy_(start)
-    graph.replay()
-    torch.cuda.synchronize()
-    for r in range(5):
-        assert rel(x[r], expected[r]) < ORDER_NORMED
-
-
-def test_rows_launch_shapes_fit_their_staging_and_fill_the_gpu():
-    step = Q4Shape(128, 8, 1)
-    # Llama-3.1-8B's down (K 14336): 5 rows staged whole take 143 KB; split in two they fit.
-    rows_p, shape = q4_cuda.rows_shape(5, 4096, 14336, step, True, 132, False)
-    assert rows_p == 5 and shape.split_k == 2 and shape.unit == 8
-    assert rows_p * 14336 // 8 // shape.split_k * 16 <= q4_cuda.ROWS_SMEM
-    # ... but not where the split is fixed (deterministic kernels), nor a norm GEMV's whole K.
-    assert q4_cuda.rows_shape(5, 4096, 14336, step, True, 132, False, fixed_split=True) is None
-    assert q4_cuda.rows_shape(9, 4096, 14336, step, False, 132, False) is None
-    # Row counts pad to the next one built; past the last, none.
-    assert [q4_cuda.rows_shape(r, 6144, 4096, step, False, 132, False)[0]
-            for r in range(1, 10)] == [2, 2, 5, 5, 5, 9, 9, 9, 9]
-    assert q4_cuda.rows_shape(10, 6144, 4096, step, False, 132, False) is None
-    # Columns: the widest that gives each of 132 SMs a block (gate/up's 14336 outputs: 224
-    # blocks of 64; the QKV's 6144: 96 of 64, 192 of 32), else the most blocks (576 outputs).
-    assert q4_cuda.rows_shape(5, 14336, 4096, Q4Shape(64, 4, 1), False, 132, False)[1].cols == 64
-    assert q4_cuda.rows_shape(5, 6144, 4096, step, False, 132, False)[1].cols == 32
-    assert q4_cuda.rows_shape(5, 576, 576, Q4Shape(64, 8, 1), False, 132, False)[1].cols == 16
-
-
 def test_launch_shapes_fill_the_gpu_without_idle_row_lanes():
     # Llama-3.1-8B's 4-bit GEMVs on 132 SMs, group 128 (16 word rows per group).
     for n, k, gate_up, accumulate in ((6144, 4096, False, False), (4096, 4096, False, True),
@@ -283,9 +199,7 @@ def test_cuda_source_compiles_for_hopper_without_spills(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     report = out.stderr
-    # The step's kernel: 4 column widths x 3 variants; the rows kernel: 3 row counts x 3
-    # column widths x 3 variants.
-    assert report.count('Compiling entry function') == 12 + 27
+    assert report.count('Compiling entry function') == 12   # 4 column widths x 3 variants
     assert '0 bytes spill stores' in report
     assert all(line.strip().startswith('0 bytes stack frame, 0 bytes spill stores')
                for line in report.splitlines() if 'spill stores' in line)
