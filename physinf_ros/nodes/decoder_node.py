@@ -765,7 +765,8 @@ class DecoderNode(LifecycleNodeMixin, Node):
             state = 'decoding' if self._current else 'idle'
         values = {'lifecycle_state': self.state, 'state': state}
         if engine is None:   # configure sets it after the floor and the queue
-            values.update({k: s[k] for k in ('model', 'backend', 'device', 'dtype')})
+            values.update({k: s[k] for k in ('model', 'backend', 'device', 'dtype',
+                                             'deterministic')})
             if self.configure_error:
                 values['configure_error'] = self.configure_error
         else:
@@ -773,7 +774,8 @@ class DecoderNode(LifecycleNodeMixin, Node):
             values.update({
                 'backend': info.backend, 'device': info.device, 'dtype': info.dtype,
                 'model': info.model, 'max_context': info.max_context,
-                'queue_depth': queue.qsize(), 'ttft_ms': self._last_ttft_ms,
+                'deterministic': s['deterministic'], 'queue_depth': queue.qsize(),
+                'ttft_ms': self._last_ttft_ms,
                 **self._reuse.values(),
                 # The engine's step, as on ~/step_latency, and the rate it alone would give.
                 'step_ms_p50': steps['p50'], 'step_ms_p90': steps['p90'],

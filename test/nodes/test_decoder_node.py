@@ -50,6 +50,7 @@ def test_diagnostics_come_from_the_decoder(harness):
     assert status['device'].startswith(TEST_DEVICE)
     assert status['lifecycle_state'] == 'active'
     assert status['model'].startswith('SmolLM2-135M')
+    assert status['deterministic'] == 'False'   # the parameter's default, as configured
     assert float(status['step_ms_p50']) > 0 and float(status['tokens_per_s']) > 0
     # What a subscriber gets: the interval between tokens, never shorter than the engine step
     # by more than timer noise, and the rate it implies.
