@@ -223,7 +223,7 @@ def test_4bit_embedded_model_on_an_8k_token_prompt(tmp_path):
                  ours='embedded:gptq', max_context=8192, tail=rms)
 
 
-def test_graphed_and_eager_agree_and_sampling_repeats():
+def test_graphed_and_eager_agree_and_sampling_differs_from_greedy():
     engine = load('embedded', backend='graphed', device='cuda')
     prompt = engine.encode('Write one sentence about a robot.')
 
@@ -240,7 +240,7 @@ def test_graphed_and_eager_agree_and_sampling_repeats():
     assert run(Sampling(temperature=1.2, top_p=0.9, seed=11)) != graphed
 
 
-def test_seeded_reply_repeats_with_deterministic_kernels():
+def test_seeded_embedded_reply_repeats_with_deterministic_kernels():
     # The embedded model's tuned rows GEMVs split K (its short prompts' prefill and its verify
     # steps): with deterministic kernels they run unsplit, and a seeded reply repeats bit for
     # bit (7bf4652's run saw one part at token 6 with the default kernels). Cold, each reply
