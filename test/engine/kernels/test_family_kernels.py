@@ -238,3 +238,34 @@ def test_head_size_256_takes_a_tile_of_the_bytes_of_128_unless_a_row_names_it():
     at_128, at_256 = config.attention, config.attention_for(1, 256)
     assert at_256.block_t * 256 == at_128.block_t * 128 or at_256.block_t == 16
     assert at_256.num_stages <= 2 and at_256.splits == at_128.splits
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize('arch', ['gemma-3-1b', 'gemma-3-4b'])
+def test_gemma_attention_at_this_gpus_launch_shape(arch):
+    # The launch shape config/kernels.yaml gives Gemma 3's heads of 256 on this GPU (one or two
+    # 32-key tiles a split where it lists them), on a sliding layer and a global one, at
+    # lengths inside one tile, across the window and past every split's minimum, against
+    # float32 attention on the same cache; the cache row written is the reference's to one
+    # rounding of bf16.
+    c = ModelConfig.from_hf(synthetic_config(arch))
+    config = KernelConfig.for_device(DEVICE, lambda _: None)
+    max_context = 4200
+    cos, sin = families.module(c).rope_tables(c, max_context, DEVICE)
+    caches = twin_caches(c, max_context, DEVICE, torch.bfloat16)
+    q_norm, k_norm = rand(c.head_dim).abs() + 0.5, rand(c.head_dim).abs() + 0.5
+    norms = (q_norm, k_norm, c.rms_norm_eps)   # float32, as Gemma 3's
+    for kind, window in ((0, c.sliding_window), (1, 0)):   # gemma3.LOCAL, gemma3.GLOBAL
+        for length in (1, 31, 33, c.sliding_window + 5, 2048, 4100):
+            pos = torch.tensor([length - 1], dtype=torch.int32, device=DEVICE)
+            qkv = rand((c.num_heads + 2 * c.num_kv_heads) * c.head_dim, scale=3.0)
+            ref = ops_torch.rope_attention(qkv.clone(), pos, cos[kind], sin[kind],
+                                           caches[0].k[0], caches[0].v[0], c.num_heads,
+                                           c.attention_scale, window, norms)
+            out = ops_triton.rope_attention(qkv, pos, cos[kind], sin[kind], caches[1].k[0],
+                                            caches[1].v[0], c.num_heads, config,
+                                            c.attention_scale, window, norms)
+            assert rel(out, ref) < TOL[torch.bfloat16], (window, length)
+            row = length - 1
+            for written, expected in ((caches[1].k, caches[0].k), (caches[1].v, caches[0].v)):
+                assert rel(written[0][:, row], expected[0][:, row]) < 2.0 ** -7, (window, length)
