@@ -17,9 +17,15 @@ from ..sampling import mask_logits
 HeadNorms = Tuple[torch.Tensor, torch.Tensor, float]
 
 
-def embed(table: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
-    """Return table's row for token [1] (on the device) as float32 [H]: the step's residual."""
-    return table.index_select(0, token).float().view(-1)
+def embed(table: torch.Tensor, token: torch.Tensor,
+          scale: Optional[float] = None) -> torch.Tensor:
+    """
+    Return table's row for token [1] (on the device) as float32 [H]: the step's residual.
+
+    scale multiplies the row in the table's dtype first (Gemma 3's scaled embedding).
+    """
+    row = table.index_select(0, token)
+    return (row if scale is None else row * scale).float().view(-1)
 
 
 def rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor,

@@ -642,15 +642,19 @@ def _norm_add_kernel(X, Y, NORM, H, eps, BLOCK: tl.constexpr, WDTYPE: tl.constex
                      PDL: tl.constexpr):
     # x += rms_norm(y) * norm, one program for the whole vector: y rounded to the weight dtype
     # as the sublayer's output is, normed in float32, rounded again as Gemma3RMSNorm returns it.
-    _grid_sync(PDL)
+    # Only y is the previous kernel's: x was last written by the post-norm before it, which had
+    # ended before that kernel started, so x and the norm's weights are read before the wait
+    # and the one round trip after it is y's.
     X += tl.program_id(0).to(tl.int64) * H   # a verify step's row
     Y += tl.program_id(0).to(tl.int64) * H
     cols = tl.arange(0, BLOCK)
     mask = cols < H
+    x = tl.load(X + cols, mask=mask, other=0.0)
+    norm = tl.load(NORM + cols, mask=mask, other=0.0).to(tl.float32)
+    _grid_sync(PDL)
     y = tl.load(Y + cols, mask=mask, other=0.0).to(WDTYPE).to(tl.float32)
     rstd = 1.0 / tl.sqrt(tl.sum(y * y, axis=0) / H + eps)
-    normed = (y * rstd * tl.load(NORM + cols, mask=mask, other=0.0).to(tl.float32))
-    x = tl.load(X + cols, mask=mask, other=0.0)
+    normed = y * rstd * norm
     tl.store(X + cols, x + normed.to(WDTYPE).to(tl.float32), mask=mask)
 
 
@@ -969,15 +973,18 @@ def _step_end_kernel(TOKEN, POS, CLOCK, HOST_OUT, ROWS, CLOCKED: tl.constexpr,
 
 
 @triton.jit
-def _embed_kernel(TABLE, TOKEN, X, H, ROW_STRIDE, CLOCK, BLOCK: tl.constexpr,
-                  CLOCKED: tl.constexpr, PDL: tl.constexpr):
+def _embed_kernel(TABLE, TOKEN, X, H, ROW_STRIDE, CLOCK, scale, BLOCK: tl.constexpr,
+                  CLOCKED: tl.constexpr, SCALED: tl.constexpr, PDL: tl.constexpr):
     _grid_sync(PDL)   # the token is the previous kernel's (or step's) result
     if CLOCKED:   # the step starts here, once the one before it has ended
         if tl.program_id(0) == 0:
             tl.store(CLOCK, _now(tl.program_id(0)))
     cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     row = TABLE + tl.load(TOKEN) * ROW_STRIDE
-    tl.store(X + cols, tl.load(row + cols, mask=cols < H).to(tl.float32), mask=cols < H)
+    values = tl.load(row + cols, mask=cols < H)
+    if SCALED:   # rounded to the table's dtype, as the product of the module's embedding is
+        values = (values.to(tl.float32) * scale).to(TABLE.dtype.element_ty)
+    tl.store(X + cols, values.to(tl.float32), mask=cols < H)
 
 
 def _matvec(w, x, y, norm_w, bias, eps, kind, config: KernelConfig, accumulate=False,
@@ -1097,12 +1104,13 @@ def step_end(token: torch.Tensor, pos: torch.Tensor, host_out: torch.Tensor,
                            host_out.shape[0], CLOCKED=clocked, num_warps=1, **_pdl(token.device))
 
 
-def embed(table: torch.Tensor, token: torch.Tensor,
-          clock: Optional[torch.Tensor] = None) -> torch.Tensor:
+def embed(table: torch.Tensor, token: torch.Tensor, clock: Optional[torch.Tensor] = None,
+          scale: Optional[float] = None) -> torch.Tensor:
     """
     Return table's row for token [1] (on the device) as float32 [H]: the step's residual.
 
-    With a clock (step_clock), the kernel stamps the step's start into it.
+    With a clock (step_clock), the kernel stamps the step's start into it. scale multiplies the
+    row in its own dtype first (Gemma 3's sqrt(H)), as ops_torch.embed does.
     """
     h = table.shape[1]
     if table.stride(1) != 1:
@@ -1111,8 +1119,10 @@ def embed(table: torch.Tensor, token: torch.Tensor,
     block = 1024
     clocked = _clocked(clock)
     _embed_kernel[(triton.cdiv(h, block),)](table, token, x, h, table.stride(0),
-                                            clock if clocked else token, BLOCK=block,
-                                            CLOCKED=clocked, num_warps=4, **_pdl(table.device))
+                                            clock if clocked else token,
+                                            1.0 if scale is None else scale, BLOCK=block,
+                                            CLOCKED=clocked, SCALED=scale is not None,
+                                            num_warps=4, **_pdl(table.device))
     return x
 
 
@@ -1564,8 +1574,8 @@ class KernelOps:
             self._slots[device] = argmax_slot(device), step_clock(device)
         return self._slots[device]
 
-    def embed(self, table, token):
-        return embed(table, token, self._slots_on(table.device)[1])
+    def embed(self, table, token, scale=None):
+        return embed(table, token, self._slots_on(table.device)[1], scale)
 
     def rms_matvec(self, x, norm_w, w, bias, eps, out=None):
         return rms_matvec(x, norm_w, w, bias, eps, out, self.config)

@@ -28,9 +28,11 @@ class RowOps:
     def __init__(self, ops):
         self.ops = ops
 
-    def embed(self, table: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
-        """Rows of table for tokens [n] as float32 [n, H]."""
-        return table.index_select(0, token).float()
+    def embed(self, table: torch.Tensor, token: torch.Tensor,
+              scale: Optional[float] = None) -> torch.Tensor:
+        """Rows of table for tokens [n] as float32 [n, H], times scale in its dtype if given."""
+        rows = table.index_select(0, token)
+        return (rows if scale is None else rows * scale).float()
 
     def rms_matvec(self, x: torch.Tensor, norm_w: torch.Tensor, w, bias: Optional[torch.Tensor],
                    eps: float, out: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -154,8 +154,7 @@ def decode_layers(w: Weights, cache: KVCache, token: torch.Tensor, pos: torch.Te
     """Every layer for token [1] at position pos [1] on the device (llama.decode_layers)."""
     c = w.config
     eps = c.rms_norm_eps
-    x = ops.embed(w.embed, token)                                  # [H] residual
-    x = (x.to(w.embed.dtype) * embed_scale(c, w.embed.dtype)).float()
+    x = ops.embed(w.embed, token, embed_scale(c, w.embed.dtype))   # [H] residual
     for i, (layer, (kind, window)) in enumerate(zip(w.layers, layer_kinds(c))):
         qkv = ops.rms_matvec(x, layer.attn_norm, layer.wqkv, layer.bqkv, eps)
         attn = ops.rope_attention(qkv, pos, cos[kind], sin[kind], cache.k[i], cache.v[i],

@@ -69,6 +69,21 @@ def test_matvec_norm_add(dtype, h):
 
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+def test_scaled_embedding(dtype):
+    # Gemma 3's residual starts as its embedding row times sqrt(H), the product rounded to the
+    # table's dtype: in the embedding kernel, as ops_torch.embed and the rows' embed do it.
+    table, token = rand(50, 1152, dtype=dtype), torch.tensor([7], device=DEVICE)
+    scale = float(torch.tensor(1152 ** 0.5).to(dtype))
+    ref = ops_torch.embed(table, token, scale)
+    assert ref.dtype == torch.float32
+    assert torch.equal(ref, (table[7] * scale).float())
+    assert rel(ops_triton.embed(table, token, scale=scale), ref) < TOL[dtype]
+    assert torch.equal(RowOps(ops_triton.KernelOps(KernelConfig())).embed(table, token, scale)[0],
+                       ref)
+    assert torch.equal(ops_triton.embed(table, token), table[7].float())   # unscaled: exact
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize('heads, kv_heads, dim, window',
                          [(4, 1, 256, 16), (4, 2, 32, 5), (4, 2, 32, 0)])
 def test_attention_with_a_window_and_a_scale(dtype, heads, kv_heads, dim, window):
