@@ -593,12 +593,17 @@ FAMILY_ROWS = [('Llama-3.2-1B', 'llama-3.2-1b'), ('Llama-3.2-3B', 'llama-3.2-3b'
 
 
 # The README's Llama rows are the main table's files; the 4-bit 8B's step is the plain step of
-# the verify run at d065eae; a family's bf16 row is its file of the swept launch shapes
-# (3553f77) where 72cf15a tuned it, else d065eae's, and its 4-bit row d065eae's.
+# the verify run at d065eae; Gemma 3's bf16 rows are 905281d's A/B (its new arm); another
+# family's bf16 row is its file of the swept launch shapes (3553f77) where 72cf15a tuned it,
+# else d065eae's, and every family's 4-bit row d065eae's.
+GEMMA_BF16 = 'families/905281d/family_{}_bf16_new.json'
 FAMILY_FILES = {'llama-3.2-1b': {'bf16': 'robots_llama-3.2-1b.json'},
                 'llama-3.2-3b': {'bf16': 'robots_llama-3.2-3b.json'},
                 'llama-3.1-8b': {'bf16': 'graphed_llama-3.1-8b.json',
-                                 'gptq': 'speculation/d065eae/verify_llama-3.1-8b-gptq.json'}}
+                                 'gptq': 'speculation/d065eae/verify_llama-3.1-8b-gptq.json'},
+                **{shape: {'bf16': GEMMA_BF16.format(shape),
+                           'gptq': f'families/d065eae/family_{shape}_gptq.json'}
+                   for shape in ('gemma-3-270m', 'gemma-3-1b', 'gemma-3-4b')}}
 FAMILIES_SWEPT = {'qwen3-0.6b', 'qwen3-1.7b', 'qwen3-4b', 'qwen3-8b', 'smollm3-3b', 'gemma-3-1b',
                   'gemma-3-4b'}
 
@@ -697,3 +702,36 @@ def test_perf_verify_rows_at_v6_are_their_h100_files():
         assert_rounds_to(numbers(cells[1])[0], found['step_ms_p50'], f'{file} step')
         for cell, k in zip(cells[2:6], (1, 2, 4, 8)):
             assert_rounds_to(numbers(cell)[0], found[f'verify_ratio_k{k}'], f'{file} t({k})')
+
+
+GEMMA_ROWS = [('Gemma-3-270M', 'gemma-3-270m'), ('Gemma-3-1B', 'gemma-3-1b'),
+              ('Gemma-3-4B', 'gemma-3-4b')]
+
+
+@pytest.mark.parametrize('label, shape', GEMMA_ROWS)
+def test_perf_gemma_attention_ab_rows_are_their_files(label, shape):
+    # PERF.md's H100 A/B of Gemma 3's attention shape (a2a23ea): before and after, R_floor too.
+    cells = row('docs/PERF.md', label, after='**Measured (a2a23ea, one H100')
+    folder = ROOT / 'benchmarks' / 'results' / 'h100' / 'families' / 'a2a23ea'
+    for cell, arm in zip(cells[:2], ('before', 'after')):
+        found = load(folder / f'family_{shape}_bf16_{arm}.json')['cells'][0]
+        assert 'H100' in found['device'], (shape, arm)
+        step_ms, ratio = numbers(cell)
+        assert_rounds_to(step_ms, found['step_ms_p50'], f'{shape} {arm} step')
+        assert_rounds_to(ratio, found['R_floor'], f'{shape} {arm} R_floor')
+
+
+@pytest.mark.parametrize('label, shape', GEMMA_ROWS)
+def test_perf_gemma_post_norm_ab_rows_are_their_files(label, shape):
+    # PERF.md's H200 table at 905281d: the files before the attention rows, then both arms.
+    cells = row('docs/PERF.md', label, after='**Measured (905281d, one H200)')
+    before = 'd065eae' if shape == 'gemma-3-270m' else '3553f77'
+    files = (f'families/{before}/family_{shape}_bf16.json',
+             f'families/905281d/family_{shape}_bf16_base.json',
+             f'families/905281d/family_{shape}_bf16_new.json')
+    for cell, file in zip(cells[:3], files):
+        found = load(H200 / file)['cells'][0]
+        assert 'H200' in found['device'], file
+        step_ms, ratio = numbers(cell)
+        assert_rounds_to(step_ms, found['step_ms_p50'], f'{file} step')
+        assert_rounds_to(ratio, found['R_floor'], f'{file} R_floor')
