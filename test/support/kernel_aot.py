@@ -155,9 +155,10 @@ def variants():
     out.append((ops_triton._masked_argmax_kernel, {'LOGITS': F32, 'BITS': '*i32',
                                                    'ARGMAX': '*i64', 'N': 'i32'},
                 {'BLOCK': 1024, 'PDL': True}))
+    # Gemma 3's, with the scale (the other families' is this without the product).
     out.append((ops_triton._embed_kernel, {'TABLE': BF, 'TOKEN': '*i64', 'X': F32, 'H': 'i32',
-                                           'ROW_STRIDE': 'i32', 'CLOCK': '*i64'},
-                {'BLOCK': 1024, 'CLOCKED': True, 'PDL': True}))
+                                           'ROW_STRIDE': 'i32', 'CLOCK': '*i64', 'scale': 'fp32'},
+                {'BLOCK': 1024, 'CLOCKED': True, 'SCALED': True, 'PDL': True}))
     return out
 
 
