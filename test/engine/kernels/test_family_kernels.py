@@ -11,6 +11,7 @@ from physinf_ros.engine.kernels.config import KernelConfig
 from physinf_ros.engine.kernels.rows import RowOps
 from physinf_ros.engine.model import families, llama
 from physinf_ros.engine.model.config import ModelConfig
+from physinf_ros.engine.model.gemma3 import GLOBAL, LOCAL
 from physinf_ros.engine.model.llama import KVCache, rope_tables
 from physinf_ros.engine.weights import gptq
 from physinf_ros.engine.weights.gptq import PackedLinear
@@ -270,7 +271,7 @@ def test_gemma_attention_at_this_gpus_launch_shape(arch):
     caches = twin_caches(c, max_context, DEVICE, torch.bfloat16)
     q_norm, k_norm = rand(c.head_dim).abs() + 0.5, rand(c.head_dim).abs() + 0.5
     norms = (q_norm, k_norm, c.rms_norm_eps)   # float32, as Gemma 3's
-    for kind, window in ((0, c.sliding_window), (1, 0)):   # gemma3.LOCAL, gemma3.GLOBAL
+    for kind, window in ((LOCAL, c.sliding_window), (GLOBAL, 0)):
         for length in (1, 31, 33, c.sliding_window + 5, 2048, 4100):
             pos = torch.tensor([length - 1], dtype=torch.int32, device=DEVICE)
             qkv = rand((c.num_heads + 2 * c.num_kv_heads) * c.head_dim, scale=3.0)
