@@ -54,6 +54,13 @@ def assert_rounds_to(shown, value, what):
         f'{what}: published {shown}, the file has {value}'
 
 
+def assert_step_cell(cell, found, what):
+    """Check a 'step ms (R_floor)' cell against its protocol cell: both figures, as rounded."""
+    step_ms, ratio = numbers(cell)
+    assert_rounds_to(step_ms, found['step_ms_p50'], f'{what} step')
+    assert_rounds_to(ratio, found['R_floor'], f'{what} R_floor')
+
+
 def protocol_cell(file, mode, ctx):
     found = [c for c in load(H200 / file)['cells'] if (c['mode'], c['ctx']) == (mode, ctx)]
     assert len(found) == 1, (file, mode, ctx)
@@ -622,9 +629,7 @@ def test_readme_family_rows_are_their_files(label, shape):
         found = [c for c in load(H200 / files[quant])['cells']
                  if (c['mode'], c['ctx']) == ('graphed', 2048)]
         assert len(found) == 1 and 'H200' in found[0]['device'], files[quant]
-        step_ms, ratio = numbers(cell)
-        assert_rounds_to(step_ms, found[0]['step_ms_p50'], f'{shape} {quant} step')
-        assert_rounds_to(ratio, found[0]['R_floor'], f'{shape} {quant} R_floor')
+        assert_step_cell(cell, found[0], f'{shape} {quant}')
 
 
 TTFT_ROWS = [('Llama-3.2-1B bf16, d065eae', 'llama-3.2-1b'),
@@ -661,9 +666,7 @@ def test_perf_family_sweep_rows_are_their_files(label, shape):
     for cell, commit in ((cells[1], 'd065eae'), (cells[2], '3553f77')):
         found = load(H200 / 'families' / commit / f'family_{shape}_bf16.json')['cells'][0]
         assert 'H200' in found['device'], (shape, commit)
-        step_ms, ratio = numbers(cell)
-        assert_rounds_to(step_ms, found['step_ms_p50'], f'{shape} {commit} step')
-        assert_rounds_to(ratio, found['R_floor'], f'{shape} {commit} R_floor')
+        assert_step_cell(cell, found, f'{shape} {commit}')
 
 
 VERIFY_ROWS = [('Llama-3.1-8B bf16', 'llama-3.1-8b'),
@@ -716,9 +719,7 @@ def test_perf_gemma_attention_ab_rows_are_their_files(label, shape):
     for cell, arm in zip(cells[:2], ('before', 'after')):
         found = load(folder / f'family_{shape}_bf16_{arm}.json')['cells'][0]
         assert 'H100' in found['device'], (shape, arm)
-        step_ms, ratio = numbers(cell)
-        assert_rounds_to(step_ms, found['step_ms_p50'], f'{shape} {arm} step')
-        assert_rounds_to(ratio, found['R_floor'], f'{shape} {arm} R_floor')
+        assert_step_cell(cell, found, f'{shape} {arm}')
 
 
 @pytest.mark.parametrize('label, shape', GEMMA_ROWS)
@@ -732,6 +733,4 @@ def test_perf_gemma_post_norm_ab_rows_are_their_files(label, shape):
     for cell, file in zip(cells[:3], files):
         found = load(H200 / file)['cells'][0]
         assert 'H200' in found['device'], file
-        step_ms, ratio = numbers(cell)
-        assert_rounds_to(step_ms, found['step_ms_p50'], f'{file} step')
-        assert_rounds_to(ratio, found['R_floor'], f'{file} R_floor')
+        assert_step_cell(cell, found, file)
