@@ -56,9 +56,9 @@ def gemv_cases(c: ModelConfig):
                 ('gate_up', i, h, layers),
                 (residual, h, i, layers)]
 
-    # Gemma 3 norms o_proj's and down's outputs before the residual add: the step runs those
-    # GEMVs as the rms_matvec kind without a norm (ops_triton.matvec), the rows ops as
-    # rows_matvec_add into zeros (ops_triton.rows_matvec).
+    # Gemma 3 norms o_proj's and down's outputs before the residual add (matvec_norm_add): the
+    # step runs those GEMVs as the rms_matvec kind without a norm, the rows ops as
+    # rows_matvec_add into zeros (ops_triton.rows_matvec_norm_add).
     step = layer('rms_matvec' if c.family == 'gemma3' else 'matvec_add')
     rows = layer('matvec_add')
     return (step + [('rms_matvec', c.vocab_size, h, 2)]

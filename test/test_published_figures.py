@@ -734,3 +734,25 @@ def test_perf_gemma_post_norm_ab_rows_are_their_files(label, shape):
         found = load(H200 / file)['cells'][0]
         assert 'H200' in found['device'], file
         assert_step_cell(cell, found, file)
+
+
+@pytest.mark.parametrize('label, shape', GEMMA_ROWS)
+def test_perf_gemma_post_norm_fold_rows_are_their_files(label, shape):
+    # PERF.md's H100 A/B of the dropped post-norm fold (055d0c4): each arm's runs, step and
+    # R_floor, and the change between the arms' medians.
+    cells = row('docs/PERF.md', label, after='**Measured (055d0c4, one H100; dropped)')
+    folder = ROOT / 'benchmarks' / 'results' / 'h100' / 'families' / '055d0c4'
+    runs = (1,) if shape == 'gemma-3-270m' else (1, 2)
+    steps = {}
+    for cell, arm in zip(cells[:2], ('base', 'new')):
+        found = [load(folder / f'family_{shape}_bf16_{arm}{run}.json')['cells'][0]
+                 for run in runs]
+        shown = numbers(cell)
+        assert len(shown) == 2 * len(runs), cell
+        for i, cell_found in enumerate(found):
+            assert 'H100' in cell_found['device'], (shape, arm)
+            assert_rounds_to(shown[i], cell_found['step_ms_p50'], f'{shape} {arm} step')
+            assert_rounds_to(shown[len(runs) + i], cell_found['R_floor'], f'{shape} {arm} R')
+        steps[arm] = sum(c['step_ms_p50'] for c in found) / len(found)
+    assert_rounds_to(numbers(cells[2])[0], (steps['new'] - steps['base']) * 1000,
+                     f'{shape} change')

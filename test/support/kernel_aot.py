@@ -26,31 +26,26 @@ import triton.language as tl
 TARGET = GPUTarget('cuda', 90, 32)
 TOOLS = os.path.join(os.path.dirname(triton.__file__), 'backends', 'nvidia', 'bin')
 BF, F32 = '*bf16', '*fp32'
-GEMV = {'W': BF, 'X': F32, 'Y': F32, 'NORM': BF, 'BIAS': BF, 'ARGMAX': '*i64', 'SUB': F32,
-        'POST': F32, 'X_OUT': F32, 'N': 'i32', 'K': 'i32', 'eps': 'fp32'}
+GEMV = {'W': BF, 'X': F32, 'Y': F32, 'NORM': BF, 'BIAS': BF, 'ARGMAX': '*i64', 'N': 'i32',
+        'K': 'i32', 'eps': 'fp32'}
 
 
 def variants():
     """(kernel, signature, constexprs) for every variant the engine launches on Hopper."""
     out = []
     for even in (True, False):
-        # The head (one tile ahead of the wait), a residual GEMV with two (tiles_ahead), and
-        # Gemma 3's QKV with the post-norm before it folded in (hidden 2560, the 4B's).
-        for norm, acc, argmax, fold, split, ahead in ((True, False, True, False, 1, 1),
-                                                      (False, True, False, False, 2, 2),
-                                                      (True, False, False, True, 1, 1)):
+        # The head (one tile ahead of the wait) and a residual GEMV with two (tiles_ahead).
+        for norm, acc, argmax, split, ahead in ((True, False, True, 1, 1),
+                                                (False, True, False, 2, 2)):
             consts = {'HAS_NORM': norm, 'HAS_BIAS': norm, 'ACCUMULATE': acc,
-                      'HAS_ARGMAX': argmax, 'FOLD': fold, 'BLOCK_N': 8, 'BLOCK_K': 1024,
-                      'BLOCK_H': 4096 if fold else 1, 'SPLIT_K': split, 'EVEN': even,
-                      'STREAM': 'evict_first', 'AHEAD': ahead, 'PDL': True}
+                      'HAS_ARGMAX': argmax, 'BLOCK_N': 8, 'BLOCK_K': 1024, 'SPLIT_K': split,
+                      'EVEN': even, 'STREAM': 'evict_first', 'AHEAD': ahead, 'PDL': True}
             out.append((ops_triton._matvec_kernel, GEMV, consts))
-        for gelu in (False, True):   # SwiGLU, and Gemma 3's GeGLU with its post-norm folded in
+        for gelu in (False, True):   # SwiGLU, and Gemma 3's GeGLU
             out.append((ops_triton._gate_up_kernel,
-                        {k: GEMV[k] for k in ('W', 'X', 'Y', 'NORM', 'SUB', 'POST', 'X_OUT', 'N',
-                                              'K', 'eps')},
-                        {'ROW_BLOCK': 8, 'BLOCK_N': 4, 'BLOCK_K': 512,
-                         'BLOCK_H': 4096 if gelu else 1, 'EVEN': even, 'STREAM': 'evict_first',
-                         'GELU': gelu, 'FOLD': gelu, 'PDL': True}))
+                        {k: GEMV[k] for k in ('W', 'X', 'Y', 'NORM', 'N', 'K', 'eps')},
+                        {'ROW_BLOCK': 8, 'BLOCK_N': 4, 'BLOCK_K': 512, 'EVEN': even,
+                         'STREAM': 'evict_first', 'GELU': gelu, 'PDL': True}))
     q4 = {'QW': '*i32', 'S': '*fp16', 'Z': '*u8', 'X': F32, 'Y': F32, 'NORM': BF, 'BIAS': BF,
           'N': 'i32', 'K': 'i32', 'N_ALL': 'i32', 'eps': 'fp32', 'MAGIC': 'i32'}
     for even in (True, False):
@@ -76,8 +71,8 @@ def variants():
                     {**attention, 'D': dim, 'DOT': tl.bfloat16, 'PRECISION': 'tf32',
                      'HEAD_NORM': head_norm}))
     # Gemma 3's norm of a sublayer's output added to the residual (hidden 2560, the 4B's).
-    out.append((ops_triton._norm_add_kernel, {'X': F32, 'Y': F32, 'NORM': F32, 'X_OUT': F32,
-                                              'H': 'i32', 'eps': 'fp32'},
+    out.append((ops_triton._norm_add_kernel, {'X': F32, 'Y': F32, 'NORM': F32, 'H': 'i32',
+                                              'eps': 'fp32'},
                 {'BLOCK': 4096, 'WDTYPE': tl.bfloat16, 'PDL': True}))
     # Qwen3's q/k norm (bf16 weights), Gemma 3's (float32 1 + weight, head size 256).
     for norm, dim in ((BF, 128), (F32, 256)):

@@ -107,37 +107,12 @@ def rms_gate_up_gelu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up: torch.Ten
     return _gate_up(x, norm_w, w_gate_up, eps, True, prompt)
 
 
-def matvec(a: torch.Tensor, w: torch.Tensor, prompt: PromptOps = TORCH_PROMPT) -> torch.Tensor:
-    """Return w @ a as float32 [N]: a sublayer's output that a norm takes (Gemma 3's)."""
+def matvec_norm_add(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor, norm_w: torch.Tensor,
+                    eps: float, prompt: PromptOps = TORCH_PROMPT) -> None:
+    """Add rms_norm(w @ a) into x in place: Gemma 3's residual, normed after the sublayer."""
     w = prompt.dense(w)
-    return torch.nn.functional.linear(a.to(w.dtype), w).float()
-
-
-def norm_add(x: torch.Tensor, y: torch.Tensor, norm_w: torch.Tensor, eps: float,
-             dtype: torch.dtype, prompt: PromptOps = TORCH_PROMPT) -> torch.Tensor:
-    """
-    Return x + rms_norm(y) * norm_w: Gemma 3's residual after a sublayer's output y.
-
-    y is rounded to dtype (the model's) first, as the sublayer returns it, and the normed
-    product too; the sum is float32.
-    """
-    return x + prompt.norm(y.to(dtype), norm_w, eps, dtype)
-
-
-def norm_add_rms_matvec(x: torch.Tensor, y: torch.Tensor, post_w: torch.Tensor,
-                        norm_w: torch.Tensor, w, bias: Optional[torch.Tensor], eps: float,
-                        prompt: PromptOps = TORCH_PROMPT) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Return (rms_matvec of x', x') for the residual x' = norm_add(x, y, post_w)."""
-    x = norm_add(x, y, post_w, eps, w.dtype, prompt)
-    return rms_matvec(x, norm_w, w, bias, eps, prompt=prompt), x
-
-
-def norm_add_gate_up_gelu(x: torch.Tensor, y: torch.Tensor, post_w: torch.Tensor,
-                          norm_w: torch.Tensor, w_gate_up, eps: float,
-                          prompt: PromptOps = TORCH_PROMPT) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Return (rms_gate_up_gelu of x', x') for the residual x' = norm_add(x, y, post_w)."""
-    x = norm_add(x, y, post_w, eps, w_gate_up.dtype, prompt)
-    return rms_gate_up_gelu(x, norm_w, w_gate_up, eps, prompt), x
+    y = torch.nn.functional.linear(a.to(w.dtype), w)
+    x += prompt.norm(y, norm_w, eps, w.dtype)   # rounded to the model dtype, added in float32
 
 
 def matvec_add(x: torch.Tensor, a: torch.Tensor, w: torch.Tensor,
@@ -213,7 +188,6 @@ rows_rms_matvec = rms_matvec
 rows_gate_up_silu = rms_gate_up_silu
 rows_gate_up_gelu = rms_gate_up_gelu
 rows_matvec_add = matvec_add
-rows_matvec = matvec
-rows_norm_add = norm_add
+rows_matvec_norm_add = matvec_norm_add
 # A long prompt's forward besides its matrix products: llama's PyTorch functions.
 prompt = TORCH_PROMPT

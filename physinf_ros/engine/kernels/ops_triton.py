@@ -92,47 +92,12 @@ def _inv_rms(squares, K, eps):
 
 
 @triton.jit
-def _normed(x, NORM, cols, col_mask, squares, EVEN: tl.constexpr):
+def _normed(X, NORM, cols, col_mask, squares, EVEN: tl.constexpr):
     # One tile of the norm GEMVs' input, x * norm weight, and the squares of x added in: the
     # kernel scales its sums by _inv_rms(squares) at the end.
+    x = _load(X + cols, col_mask, EVEN).to(tl.float32)
     squares += x * x
     return x * _load(NORM + cols, col_mask, EVEN).to(tl.float32), squares
-
-
-@triton.jit
-def _sublayer_rstd(SUB, K, eps, BLOCK_H: tl.constexpr, WDTYPE: tl.constexpr):
-    # 1 / rms of a sublayer's output y [K], rounded to the weight dtype as the sublayer
-    # returns it: the whole vector in one load, since the post-norm needs all of it.
-    cols = tl.arange(0, BLOCK_H)
-    y = tl.load(SUB + cols, mask=cols < K, other=0.0).to(WDTYPE).to(tl.float32)
-    return 1.0 / tl.sqrt(tl.sum(y * y, axis=0) / K + eps)
-
-
-@triton.jit
-def _residual(X, SUB, POST, X_OUT, cols, col_mask, sub_rstd, WRITE, EVEN: tl.constexpr,
-              WDTYPE: tl.constexpr):
-    # A tile of the new residual x + rms_norm(y) * w_post, rounded as _norm_add_kernel rounds
-    # it; the program that WRITE names also stores it (the others still read the old x).
-    y = _load(SUB + cols, col_mask, EVEN).to(WDTYPE).to(tl.float32)
-    normed = y * sub_rstd * _load(POST + cols, col_mask, EVEN)
-    x = _load(X + cols, col_mask, EVEN) + normed.to(WDTYPE).to(tl.float32)
-    tl.store(X_OUT + cols, x, mask=col_mask & WRITE)
-    return x
-
-
-@triton.jit
-def _gemv_input(X, NORM, SUB, POST, X_OUT, cols, col_mask, squares, sub_rstd, WRITE,
-                HAS_NORM: tl.constexpr, FOLD: tl.constexpr, EVEN: tl.constexpr,
-                WDTYPE: tl.constexpr):
-    # One tile of a GEMV's input: x (with FOLD, the residual after a post-norm and its add,
-    # Gemma 3's), normed as _normed says, else rounded as transformers rounds its input.
-    if FOLD:
-        x = _residual(X, SUB, POST, X_OUT, cols, col_mask, sub_rstd, WRITE, EVEN, WDTYPE)
-    else:
-        x = _load(X + cols, col_mask, EVEN).to(tl.float32)
-    if HAS_NORM:
-        return _normed(x, NORM, cols, col_mask, squares, EVEN)
-    return x.to(WDTYPE).to(tl.float32), squares
 
 
 @triton.jit
@@ -180,15 +145,11 @@ def _tile(rows_ptr, row_mask, k0, k_end, BLOCK_K: tl.constexpr, EVEN: tl.constex
 
 
 @triton.jit
-def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, SUB, POST, X_OUT, N, K, eps,
+def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
                    HAS_NORM: tl.constexpr, HAS_BIAS: tl.constexpr, ACCUMULATE: tl.constexpr,
-                   HAS_ARGMAX: tl.constexpr, FOLD: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_K: tl.constexpr, BLOCK_H: tl.constexpr, SPLIT_K: tl.constexpr,
-                   EVEN: tl.constexpr, STREAM: tl.constexpr, AHEAD: tl.constexpr,
-                   PDL: tl.constexpr):
-    # With FOLD the input is the residual x after Gemma 3's post-norm of the sublayer output
-    # SUB by POST and its add, formed tile by tile; program 0 writes it to X_OUT (FOLD needs
-    # HAS_NORM and SPLIT_K 1).
+                   HAS_ARGMAX: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                   SPLIT_K: tl.constexpr, EVEN: tl.constexpr, STREAM: tl.constexpr,
+                   AHEAD: tl.constexpr, PDL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     k_len = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
@@ -209,9 +170,6 @@ def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, SUB, POST, X_OUT, N, K, eps,
     # rounded to the weight dtype as transformers rounds it: nearer float32 (docs/PERF.md, v19).
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     squares = tl.zeros([BLOCK_K], dtype=tl.float32)
-    wdtype = W.dtype.element_ty
-    sub_rstd = _sublayer_rstd(SUB, K, eps, BLOCK_H, wdtype) if FOLD else 0.0
-    write = tl.program_id(0) == 0
     for k0 in range(k_start, k_end, BLOCK_K):
         w = w_next   # keep AHEAD + 1 tiles in flight
         if AHEAD == 1:
@@ -224,8 +182,10 @@ def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, SUB, POST, X_OUT, N, K, eps,
             w_next2 = w_next3
             w_next3 = _tile(w_rows, row_mask, k0 + 3 * BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
-        x, squares = _gemv_input(X, NORM, SUB, POST, X_OUT, cols, cols < k_end, squares,
-                                 sub_rstd, write, HAS_NORM, FOLD, EVEN, wdtype)
+        if HAS_NORM:
+            x, squares = _normed(X, NORM, cols, cols < k_end, squares, EVEN)
+        else:   # rounded as transformers rounds its input
+            x = _load(X + cols, cols < k_end, EVEN).to(W.dtype.element_ty).to(tl.float32)
         acc += w.to(tl.float32) * x[None, :]
     y = tl.sum(acc, axis=1)
     if HAS_NORM:
@@ -279,11 +239,9 @@ def _gated(gate, up, GELU: tl.constexpr):
 
 
 @triton.jit
-def _gate_up_kernel(W, X, Y, NORM, SUB, POST, X_OUT, N, K, eps, ROW_BLOCK: tl.constexpr,
-                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_H: tl.constexpr,
-                    EVEN: tl.constexpr, STREAM: tl.constexpr, GELU: tl.constexpr,
-                    FOLD: tl.constexpr, PDL: tl.constexpr):
-    # FOLD: the input is formed as in _matvec_kernel.
+def _gate_up_kernel(W, X, Y, NORM, N, K, eps, ROW_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_K: tl.constexpr, EVEN: tl.constexpr, STREAM: tl.constexpr,
+                    GELU: tl.constexpr, PDL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     gate_rows, up_rows = _gate_up_rows(W, rows, K, ROW_BLOCK)
@@ -293,16 +251,12 @@ def _gate_up_kernel(W, X, Y, NORM, SUB, POST, X_OUT, N, K, eps, ROW_BLOCK: tl.co
     acc_gate = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     squares = tl.zeros([BLOCK_K], dtype=tl.float32)   # 1 / rms at the end, as in _matvec_kernel
-    wdtype = W.dtype.element_ty
-    sub_rstd = _sublayer_rstd(SUB, K, eps, BLOCK_H, wdtype) if FOLD else 0.0
-    write = tl.program_id(0) == 0
     for k0 in range(0, K, BLOCK_K):
         w_gate, w_up = gate_next, up_next
         gate_next = _tile(gate_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
         up_next = _tile(up_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
-        x, squares = _gemv_input(X, NORM, SUB, POST, X_OUT, cols, cols < K, squares, sub_rstd,
-                                 write, True, FOLD, EVEN, wdtype)
+        x, squares = _normed(X, NORM, cols, cols < K, squares, EVEN)
         acc_gate += w_gate.to(tl.float32) * x[None, :]
         acc_up += w_up.to(tl.float32) * x[None, :]
     inv_rms = _inv_rms(squares, K, eps)
@@ -684,16 +638,15 @@ def _head_norm_kernel(QKV, QN, KN, num_heads, row_stride, eps, D: tl.constexpr,
 
 
 @triton.jit
-def _norm_add_kernel(X, Y, NORM, X_OUT, H, eps, BLOCK: tl.constexpr, WDTYPE: tl.constexpr,
+def _norm_add_kernel(X, Y, NORM, H, eps, BLOCK: tl.constexpr, WDTYPE: tl.constexpr,
                      PDL: tl.constexpr):
-    # x + rms_norm(y) * norm into X_OUT, one program for the whole vector: y rounded to the
-    # weight dtype as the sublayer's output is, normed in float32, rounded again as
-    # Gemma3RMSNorm returns it. Only y is the previous kernel's: x was written before the GEMV
-    # that made y started, so x and the norm's weights are read before the wait and the one
-    # round trip after it is y's.
+    # x += rms_norm(y) * norm, one program for the whole vector: y rounded to the weight dtype
+    # as the sublayer's output is, normed in float32, rounded again as Gemma3RMSNorm returns it.
+    # Only y is the previous kernel's: x was last written by the post-norm before it, which had
+    # ended before that kernel started, so x and the norm's weights are read before the wait
+    # and the one round trip after it is y's.
     X += tl.program_id(0).to(tl.int64) * H   # a verify step's row
     Y += tl.program_id(0).to(tl.int64) * H
-    X_OUT += tl.program_id(0).to(tl.int64) * H
     cols = tl.arange(0, BLOCK)
     mask = cols < H
     x = tl.load(X + cols, mask=mask, other=0.0)
@@ -702,7 +655,7 @@ def _norm_add_kernel(X, Y, NORM, X_OUT, H, eps, BLOCK: tl.constexpr, WDTYPE: tl.
     y = tl.load(Y + cols, mask=mask, other=0.0).to(WDTYPE).to(tl.float32)
     rstd = 1.0 / tl.sqrt(tl.sum(y * y, axis=0) / H + eps)
     normed = y * rstd * norm
-    tl.store(X_OUT + cols, x + normed.to(WDTYPE).to(tl.float32), mask=mask)
+    tl.store(X + cols, x + normed.to(WDTYPE).to(tl.float32), mask=mask)
 
 
 @triton.jit
@@ -1034,20 +987,8 @@ def _embed_kernel(TABLE, TOKEN, X, H, ROW_STRIDE, CLOCK, scale, BLOCK: tl.conste
     tl.store(X + cols, values.to(tl.float32), mask=cols < H)
 
 
-# A post-norm folded into the GEMV after it (Gemma 3): (y, the norm's weights, the new
-# residual's buffer), as _matvec_kernel's SUB, POST and X_OUT.
-Fold = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]
-
-
-def _fold_args(x: torch.Tensor, fold: Optional[Fold]) -> dict:
-    # The fold's arguments of _matvec_kernel and _gate_up_kernel (x for the unused pointers).
-    sub, post, x_out = fold if fold is not None else (x, x, x)
-    return {'SUB': sub, 'POST': post, 'X_OUT': x_out, 'FOLD': fold is not None,
-            'BLOCK_H': triton.next_power_of_2(x.shape[-1]) if fold is not None else 1}
-
-
 def _matvec(w, x, y, norm_w, bias, eps, kind, config: KernelConfig, accumulate=False,
-            argmax=None, fold: Optional[Fold] = None):
+            argmax=None):
     if isinstance(w, PackedLinear):
         _q4_gemv(w, x, y, norm_w, bias, eps, kind, config, accumulate)
         return
@@ -1056,11 +997,11 @@ def _matvec(w, x, y, norm_w, bias, eps, kind, config: KernelConfig, accumulate=F
     split_k = cfg.split_k if accumulate else 1
     _matvec_kernel[(triton.cdiv(n, cfg.block_n), split_k)](
         w, x, y, norm_w if norm_w is not None else x, bias if bias is not None else y,
-        argmax if argmax is not None else y, N=n, K=k, eps=eps, HAS_NORM=norm_w is not None,
+        argmax if argmax is not None else y, n, k, eps, HAS_NORM=norm_w is not None,
         HAS_BIAS=bias is not None, ACCUMULATE=accumulate, HAS_ARGMAX=argmax is not None,
         BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=split_k, EVEN=_even(n, k, cfg),
         STREAM=config.stream(), AHEAD=cfg.tiles_ahead, num_warps=cfg.num_warps,
-        **_fold_args(x, fold), **_pdl(x.device))
+        **_pdl(x.device))
 
 
 _TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
@@ -1191,8 +1132,7 @@ def rms_gate_up_silu(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up, eps: floa
     return _gate_up(x, norm_w, w_gate_up, eps, False, config)
 
 
-def _gate_up(x, norm_w, w_gate_up, eps, gelu: bool, config: KernelConfig,
-             fold: Optional[Fold] = None) -> torch.Tensor:
+def _gate_up(x, norm_w, w_gate_up, eps, gelu: bool, config: KernelConfig) -> torch.Tensor:
     n2, k = w_gate_up.shape
     n = n2 // 2
     y = torch.empty(n, device=x.device, dtype=torch.float32)
@@ -1201,9 +1141,9 @@ def _gate_up(x, norm_w, w_gate_up, eps, gelu: bool, config: KernelConfig,
         return y
     cfg = config.gemv('gate_up', n, k)
     _gate_up_kernel[(triton.cdiv(n, cfg.block_n),)](
-        w_gate_up, x, y, norm_w, N=n, K=k, eps=eps, ROW_BLOCK=gate_up_block(n),
-        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN=_even(n, k, cfg), STREAM=config.stream(),
-        GELU=gelu, num_warps=cfg.num_warps, **_fold_args(x, fold), **_pdl(x.device))
+        w_gate_up, x, y, norm_w, n, k, eps, ROW_BLOCK=gate_up_block(n), BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k, EVEN=_even(n, k, cfg), STREAM=config.stream(), GELU=gelu,
+        num_warps=cfg.num_warps, **_pdl(x.device))
     return y
 
 
@@ -1228,61 +1168,20 @@ def head_norm(qkv: torch.Tensor, q_norm: torch.Tensor, k_norm: torch.Tensor, num
                                      num_warps=1 if dim <= 128 else 2, **_pdl(qkv.device))
 
 
-def matvec(a: torch.Tensor, w, config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
-    """Return w @ a as float32 [N]: a sublayer's output that a norm takes (Gemma 3's)."""
-    y = torch.empty(w.shape[0], device=a.device, dtype=torch.float32)
+def matvec_norm_add(x: torch.Tensor, a: torch.Tensor, w, norm_w: torch.Tensor, eps: float,
+                    config: KernelConfig = DEFAULT_CONFIG) -> None:
+    """
+    Add rms_norm(w @ a) * norm_w into x in place: Gemma 3's residual, normed after the sublayer.
+
+    Two kernels: the GEMV, then the norm and the add in one program (the vector is one hidden
+    size, a few thousand values).
+    """
+    h = w.shape[0]
+    y = torch.empty(h, device=x.device, dtype=torch.float32)
     _matvec(w, a, y, None, None, 0.0, 'rms_matvec', config)
-    return y
-
-
-def norm_add(x: torch.Tensor, y: torch.Tensor, norm_w: torch.Tensor, eps: float,
-             dtype: torch.dtype) -> torch.Tensor:
-    """
-    Return x + rms_norm(y) * norm_w: Gemma 3's residual after a sublayer's output y.
-
-    y is rounded to dtype (the model's) before the norm and the product after it, as
-    transformers rounds them. One program a row (x and y [H], or a verify step's [n, H]): the
-    vector is one hidden size, a few thousand values.
-    """
-    out = torch.empty_like(x)
-    h = x.shape[-1]
     block = triton.next_power_of_2(h)
-    _norm_add_kernel[(x.shape[0] if x.dim() == 2 else 1,)](
-        x, y, norm_w, out, h, eps, BLOCK=block, WDTYPE=_TL_DTYPES[dtype],
-        num_warps=min(16, max(4, block // 512)), **_pdl(x.device))
-    return out
-
-
-def norm_add_rms_matvec(x: torch.Tensor, y: torch.Tensor, post_w: torch.Tensor,
-                        norm_w: torch.Tensor, w, bias: Optional[torch.Tensor], eps: float,
-                        config: KernelConfig = DEFAULT_CONFIG
-                        ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """
-    Return (rms_matvec of x', x') for the residual x' = norm_add(x, y, post_w): one kernel.
-
-    The post-norm rides in the GEMV's prologue (every program reads y whole for its 1 / rms,
-    program 0 writes x'), one kernel fewer on the step's chain (docs/PERF.md). A 4-bit linear
-    runs norm_add's kernel, then its GEMV.
-    """
-    if isinstance(w, PackedLinear):
-        x = norm_add(x, y, post_w, eps, w.dtype)
-        return rms_matvec(x, norm_w, w, bias, eps, config=config), x
-    out = torch.empty(w.shape[0], device=x.device, dtype=torch.float32)
-    x_out = torch.empty_like(x)
-    _matvec(w, x, out, norm_w, bias, eps, 'rms_matvec', config, fold=(y, post_w, x_out))
-    return out, x_out
-
-
-def norm_add_gate_up_gelu(x: torch.Tensor, y: torch.Tensor, post_w: torch.Tensor,
-                          norm_w: torch.Tensor, w_gate_up, eps: float,
-                          config: KernelConfig = DEFAULT_CONFIG
-                          ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Return (rms_gate_up_gelu of x', x') for x' = norm_add(x, y, post_w), as above."""
-    if isinstance(w_gate_up, PackedLinear):
-        x = norm_add(x, y, post_w, eps, w_gate_up.dtype)
-        return rms_gate_up_gelu(x, norm_w, w_gate_up, eps, config), x
-    x_out = torch.empty_like(x)
-    return _gate_up(x, norm_w, w_gate_up, eps, True, config, (y, post_w, x_out)), x_out
+    _norm_add_kernel[(1,)](x, y, norm_w, h, eps, BLOCK=block, WDTYPE=_TL_DTYPES[w.dtype],
+                           num_warps=min(16, max(4, block // 512)), **_pdl(x.device))
 
 
 def matvec_add(x: torch.Tensor, a: torch.Tensor, w,
@@ -1573,16 +1472,19 @@ def rows_matvec_add(x: torch.Tensor, a: torch.Tensor, w,
         SPLIT_K=cfg.split_k, **launch)
 
 
-def rows_matvec(a: torch.Tensor, w, config: KernelConfig = DEFAULT_CONFIG) -> torch.Tensor:
-    """Return w @ a[j] for rows a [n, K]: float32 [n, N], each weight read once for all rows."""
-    if _rows_path(a, w, config) == 'dense':
-        return ops_torch.matvec(a, w, PROMPT)
-    y = torch.zeros(a.shape[0], w.shape[0], device=a.device, dtype=torch.float32)
+def rows_matvec_norm_add(x: torch.Tensor, a: torch.Tensor, w, norm_w: torch.Tensor, eps: float,
+                         config: KernelConfig = DEFAULT_CONFIG) -> None:
+    """matvec_norm_add for rows: x[j] += rms_norm(w @ a[j]) * norm_w (Gemma 3), in place."""
+    if _rows_path(x, w, config) == 'dense':
+        ops_torch.matvec_norm_add(x, a, w, norm_w, eps, PROMPT)
+        return
+    h = w.shape[0]
+    y = torch.zeros(x.shape[0], h, device=x.device, dtype=torch.float32)
     rows_matvec_add(y, a, w, config)
-    return y
-
-
-rows_norm_add = norm_add   # a program a row
+    block = triton.next_power_of_2(h)
+    _norm_add_kernel[(x.shape[0],)](x, y, norm_w, h, eps, BLOCK=block,
+                                    WDTYPE=_TL_DTYPES[w.dtype],
+                                    num_warps=min(16, max(4, block // 512)), **_pdl(x.device))
 
 
 def rows_gate_up(x: torch.Tensor, norm_w: torch.Tensor, w_gate_up, eps: float, gelu: bool,
@@ -1712,11 +1614,8 @@ class KernelOps:
     def rows_matvec_add(self, x, a, w):
         rows_matvec_add(x, a, w, self.config)
 
-    def rows_matvec(self, a, w):
-        return rows_matvec(a, w, self.config)
-
-    def rows_norm_add(self, x, y, norm_w, eps, dtype):
-        return rows_norm_add(x, y, norm_w, eps, dtype)
+    def rows_matvec_norm_add(self, x, a, w, norm_w, eps):
+        rows_matvec_norm_add(x, a, w, norm_w, eps, self.config)
 
     def rows_rope_attention(self, qkv, pos, cos, sin, k_cache, v_cache, num_heads, scale=None,
                             window=0):
@@ -1729,14 +1628,5 @@ class KernelOps:
     def rms_gate_up_gelu(self, x, norm_w, w_gate_up, eps):
         return rms_gate_up_gelu(x, norm_w, w_gate_up, eps, self.config)
 
-    def matvec(self, a, w):
-        return matvec(a, w, self.config)
-
-    def norm_add(self, x, y, norm_w, eps, dtype):
-        return norm_add(x, y, norm_w, eps, dtype)
-
-    def norm_add_rms_matvec(self, x, y, post_w, norm_w, w, bias, eps):
-        return norm_add_rms_matvec(x, y, post_w, norm_w, w, bias, eps, self.config)
-
-    def norm_add_gate_up_gelu(self, x, y, post_w, norm_w, w_gate_up, eps):
-        return norm_add_gate_up_gelu(x, y, post_w, norm_w, w_gate_up, eps, self.config)
+    def matvec_norm_add(self, x, a, w, norm_w, eps):
+        matvec_norm_add(x, a, w, norm_w, eps, self.config)

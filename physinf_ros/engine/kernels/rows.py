@@ -15,7 +15,7 @@ attends over 0..pos[j], so the rows see each other causally, as a prefill's woul
 Shapes depend on n only, so a verify step is captured once per n.
 """
 
-from typing import Optional, Tuple
+from typing import Optional
 
 import torch
 
@@ -53,28 +53,10 @@ class RowOps:
         """Add w @ a[j] into each row x[j] in place."""
         self.ops.rows_matvec_add(x, a, w)
 
-    def matvec(self, a: torch.Tensor, w) -> torch.Tensor:
-        """Return w @ a[j] for each row, float32 [n, N] (Gemma 3's sublayer outputs)."""
-        return self.ops.rows_matvec(a, w)
-
-    def norm_add(self, x: torch.Tensor, y: torch.Tensor, norm_w: torch.Tensor, eps: float,
-                 dtype: torch.dtype) -> torch.Tensor:
-        """Return x[j] + rms_norm(y[j]) * norm_w for each row (Gemma 3's post-norms)."""
-        return self.ops.rows_norm_add(x, y, norm_w, eps, dtype)
-
-    def norm_add_rms_matvec(self, x: torch.Tensor, y: torch.Tensor, post_w: torch.Tensor,
-                            norm_w: torch.Tensor, w, bias: Optional[torch.Tensor],
-                            eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Return (rms_matvec of x', x') for the rows x' = norm_add(x, y, post_w), two ops."""
-        x = self.norm_add(x, y, post_w, eps, w.dtype)
-        return self.rms_matvec(x, norm_w, w, bias, eps), x
-
-    def norm_add_gate_up_gelu(self, x: torch.Tensor, y: torch.Tensor, post_w: torch.Tensor,
-                              norm_w: torch.Tensor, w_gate_up,
-                              eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Return (rms_gate_up_gelu of x', x') for the rows x' = norm_add(x, y, post_w)."""
-        x = self.norm_add(x, y, post_w, eps, w_gate_up.dtype)
-        return self.rms_gate_up_gelu(x, norm_w, w_gate_up, eps), x
+    def matvec_norm_add(self, x: torch.Tensor, a: torch.Tensor, w, norm_w: torch.Tensor,
+                        eps: float) -> None:
+        """Add rms_norm(w @ a[j]) into each row x[j] in place (Gemma 3's post-norms)."""
+        self.ops.rows_matvec_norm_add(x, a, w, norm_w, eps)
 
     def rope_attention(self, qkv: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor,
                        sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

@@ -151,28 +151,16 @@ def prompt_logits(w: Weights, cache: KVCache, ids: torch.Tensor, cos: torch.Tens
 
 def decode_layers(w: Weights, cache: KVCache, token: torch.Tensor, pos: torch.Tensor,
                   cos: torch.Tensor, sin: torch.Tensor, ops) -> torch.Tensor:
-    """
-    Every layer for token [1] at position pos [1] on the device (llama.decode_layers).
-
-    Each post-norm and its residual add ride in the GEMV after them (norm_add_rms_matvec, the
-    next layer's QKV; norm_add_gate_up_gelu), which returns the new residual: a layer is six
-    kernels, as a Llama layer (docs/PERF.md). The last layer's post-MLP norm has none to ride in.
-    """
+    """Every layer for token [1] at position pos [1] on the device (llama.decode_layers)."""
     c = w.config
     eps = c.rms_norm_eps
     x = ops.embed(w.embed, token, embed_scale(c, w.embed.dtype))   # [H] residual
-    first = w.layers[0]
-    qkv = ops.rms_matvec(x, first.attn_norm, first.wqkv, first.bqkv, eps)
     for i, (layer, (kind, window)) in enumerate(zip(w.layers, layer_kinds(c))):
+        qkv = ops.rms_matvec(x, layer.attn_norm, layer.wqkv, layer.bqkv, eps)
         attn = ops.rope_attention(qkv, pos, cos[kind], sin[kind], cache.k[i], cache.v[i],
                                   c.num_heads, c.attention_scale, window,
                                   (layer.q_norm, layer.k_norm, eps))
-        y = ops.matvec(attn, layer.wo)
-        h, x = ops.norm_add_gate_up_gelu(x, y, layer.post_attn_norm, layer.mlp_norm,
-                                         layer.w_gate_up, eps)
-        y = ops.matvec(h, layer.w_down)
-        if i + 1 < c.num_layers:
-            after = w.layers[i + 1]
-            qkv, x = ops.norm_add_rms_matvec(x, y, layer.post_mlp_norm, after.attn_norm,
-                                             after.wqkv, after.bqkv, eps)
-    return ops.norm_add(x, y, w.layers[-1].post_mlp_norm, eps, w.embed.dtype)
+        ops.matvec_norm_add(x, attn, layer.wo, layer.post_attn_norm, eps)
+        h = ops.rms_gate_up_gelu(x, layer.mlp_norm, layer.w_gate_up, eps)
+        ops.matvec_norm_add(x, h, layer.w_down, layer.post_mlp_norm, eps)
+    return x
