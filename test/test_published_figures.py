@@ -756,3 +756,22 @@ def test_perf_gemma_post_norm_fold_rows_are_their_files(label, shape):
         steps[arm] = sum(c['step_ms_p50'] for c in found) / len(found)
     assert_rounds_to(numbers(cells[2])[0], (steps['new'] - steps['base']) * 1000,
                      f'{shape} change')
+
+
+def test_perf_gemma_4bit_sweep_rows_are_their_files():
+    # PERF.md's H100 table of Gemma-3-1B's 4-bit step before and after its GEMVs were swept.
+    folder = ROOT / 'benchmarks' / 'results' / 'h100' / 'families' / '2ccb505'
+    after = "**Gemma-3-1B's 4-bit GEMVs swept (H100, at 2ccb505)"
+    means = {}
+    for label, arm in (('before', 'base'), ('swept rows', 'new')):
+        cells = row('docs/PERF.md', label, after=after)
+        steps = []
+        for run, cell in zip((1, 2, 3), cells):
+            found = load(folder / f'family_gemma-3-1b_gptq_{arm}{run}.json')['cells'][0]
+            assert 'H100' in found['device'], (arm, run)
+            assert_step_cell(cell, found, f'{arm}{run}')
+            steps.append(found['step_ms_p50'])
+        means[arm] = sum(steps) / len(steps)
+    text = flat_text('docs/PERF.md')
+    change = text[text.index(after):].split('- ', 1)[1].split(' us')[0]
+    assert_rounds_to(change, (means['new'] - means['base']) * 1000, 'the change')
