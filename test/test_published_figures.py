@@ -739,7 +739,7 @@ def test_perf_gemma_post_norm_ab_rows_are_their_files(label, shape):
 @pytest.mark.parametrize('label, shape', GEMMA_ROWS)
 def test_perf_gemma_post_norm_fold_rows_are_their_files(label, shape):
     # PERF.md's H100 A/B of the dropped post-norm fold (055d0c4): each arm's runs, step and
-    # R_floor, and the change between the arms' medians.
+    # R_floor, and the change between the arms' mean steps.
     cells = row('docs/PERF.md', label, after='**Measured (055d0c4, one H100; dropped)')
     folder = ROOT / 'benchmarks' / 'results' / 'h100' / 'families' / '055d0c4'
     runs = (1,) if shape == 'gemma-3-270m' else (1, 2)

@@ -17,15 +17,21 @@ from ..sampling import mask_logits
 HeadNorms = Tuple[torch.Tensor, torch.Tensor, float]
 
 
+def embed_rows(table: torch.Tensor, token: torch.Tensor,
+               scale: Optional[float] = None) -> torch.Tensor:
+    """
+    Return table's rows for tokens [n] as float32 [n, H].
+
+    scale multiplies the rows in the table's dtype first (Gemma 3's scaled embedding).
+    """
+    rows = table.index_select(0, token)
+    return (rows if scale is None else rows * scale).float()
+
+
 def embed(table: torch.Tensor, token: torch.Tensor,
           scale: Optional[float] = None) -> torch.Tensor:
-    """
-    Return table's row for token [1] (on the device) as float32 [H]: the step's residual.
-
-    scale multiplies the row in the table's dtype first (Gemma 3's scaled embedding).
-    """
-    row = table.index_select(0, token)
-    return (row if scale is None else row * scale).float().view(-1)
+    """Return table's row for token [1] (on the device) as float32 [H]: the step's residual."""
+    return embed_rows(table, token, scale).view(-1)
 
 
 def rms_matvec(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor,

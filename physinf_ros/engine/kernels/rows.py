@@ -19,7 +19,7 @@ from typing import Optional
 
 import torch
 
-from .ops_torch import HeadNorms
+from .ops_torch import embed_rows, HeadNorms
 
 
 class RowOps:
@@ -31,8 +31,7 @@ class RowOps:
     def embed(self, table: torch.Tensor, token: torch.Tensor,
               scale: Optional[float] = None) -> torch.Tensor:
         """Rows of table for tokens [n] as float32 [n, H], times scale in its dtype if given."""
-        rows = table.index_select(0, token)
-        return (rows if scale is None else rows * scale).float()
+        return embed_rows(table, token, scale)
 
     def rms_matvec(self, x: torch.Tensor, norm_w: torch.Tensor, w, bias: Optional[torch.Tensor],
                    eps: float, out: Optional[torch.Tensor] = None) -> torch.Tensor:
