@@ -775,3 +775,37 @@ def test_perf_gemma_4bit_sweep_rows_are_their_files():
     text = flat_text('docs/PERF.md')
     change = text[text.index(after):].split('- ', 1)[1].split(' us')[0]
     assert_rounds_to(change, (means['new'] - means['base']) * 1000, 'the change')
+
+
+def test_perf_family_4bit_sweep_rows_are_their_files():
+    # PERF.md's H100 table of the families' 4-bit steps before and after their GEMVs were swept.
+    folder = ROOT / 'benchmarks' / 'results' / 'h100' / 'families' / '5c44273'
+    after = "**The families' 4-bit GEMVs swept (H100, at 5c44273)"
+    for label, shape in (('Qwen3-0.6B', 'qwen3-0.6b'), ('Qwen3-1.7B', 'qwen3-1.7b'),
+                         ('Qwen3-4B', 'qwen3-4b'), ('Qwen3-8B', 'qwen3-8b'),
+                         ('SmolLM3-3B', 'smollm3-3b'), ('Phi-4-mini', 'phi-4-mini'),
+                         ('Gemma-3-270M', 'gemma-3-270m'), ('Gemma-3-4B', 'gemma-3-4b')):
+        floor, base_cell, new_cell, change = row('docs/PERF.md', label, after=after)
+        found = {arm: load(folder / f'family_{shape}_gptq_{arm}.json')['cells'][0]
+                 for arm in ('base', 'new')}
+        assert all('H100' in cell['device'] for cell in found.values()), shape
+        assert_rounds_to(numbers(floor)[0], found['base']['t_floor_ms'], f'{shape} floor')
+        assert_step_cell(base_cell, found['base'], f'{shape} base')
+        assert_step_cell(new_cell, found['new'], f'{shape} new')
+        change_us, change_percent = numbers(change)
+        delta = found['new']['step_ms_p50'] - found['base']['step_ms_p50']
+        assert_rounds_to(change_us, delta * 1000, f'{shape} change')
+        assert_rounds_to(change_percent, 100 * delta / found['base']['step_ms_p50'],
+                         f'{shape} change %')
+
+
+def test_perf_head_norm_probe_figures_are_its_file():
+    # PERF.md's paragraph on Qwen3's head norms quotes the probe's per-layer times.
+    probe = {r['shape']: r for r in load(ROOT / 'benchmarks' / 'results' / 'h100' / 'families'
+                                         / '5c44273' / 'headnorm_probe.json')}
+    text = flat_text('docs/PERF.md')
+    paragraph = text[text.index("**Qwen3's head norms in the split, alone"):]
+    for shape in ('qwen3-0.6b', 'qwen3-8b'):
+        r = probe[shape]
+        shown = f"{r['none_us']:.2f} -> {r['head_norms_us']:.2f} and {r['head_norms2_us']:.2f} us"
+        assert shown in paragraph, shown
