@@ -260,10 +260,9 @@ def test_decoder_node_overhead_is_node_overhead_json():
                                           ('SmolLM2-135M', 'smollm2-135m')])
 def test_perf_node_overhead_table_is_node_overhead_json(label, shape):
     found = node_overhead()[shape]
-    # The last table of docs/PERF.md with this row is run 25's, the file's.
-    rows = [line for line in (ROOT / 'docs' / 'PERF.md').read_text().splitlines()
-            if line.startswith(f'| {label} |')]
-    step, node_step, mean, p50, overhead = numbers(' '.join(rows[-1].split('|')[2:]))
+    # The table of the section "The node at engine speed" is run 25's, the file's.
+    cells = row('docs/PERF.md', label, after='## The node at engine speed')
+    step, node_step, mean, p50, overhead = numbers(' '.join(cells))
     assert_rounds_to(step, found['engine_mean_step_ms'], 'engine step')
     assert_rounds_to(node_step, found['node_mean_step_latency_ms'], 'node step_latency')
     assert_rounds_to(mean, found['subscriber_mean_interval_ms'], 'interval mean')
@@ -777,37 +776,50 @@ def test_perf_gemma_4bit_sweep_rows_are_their_files():
     assert_rounds_to(change, (means['new'] - means['base']) * 1000, 'the change')
 
 
+FAMILY_4BIT_FOLDER = ROOT / 'benchmarks' / 'results' / 'h100' / 'families' / '5c44273'
+
+
+def assert_4bit_ab_row(label, shape, after, run=''):
+    """Check a 'floor | before | swept | change' row of a 4-bit A/B table; return the change %."""
+    floor, base_cell, new_cell, change = row('docs/PERF.md', label, after=after)
+    found = {arm: load(FAMILY_4BIT_FOLDER / f'family_{shape}_gptq_{arm}{run}.json')['cells'][0]
+             for arm in ('base', 'new')}
+    assert all('H100' in cell['device'] for cell in found.values()), shape
+    assert_rounds_to(numbers(floor)[0], found['base']['t_floor_ms'], f'{shape} floor')
+    assert_step_cell(base_cell, found['base'], f'{shape} base')
+    assert_step_cell(new_cell, found['new'], f'{shape} new')
+    change_us, change_percent = numbers(change)
+    delta = found['new']['step_ms_p50'] - found['base']['step_ms_p50']
+    assert_rounds_to(change_us, delta * 1000, f'{shape} change')
+    percent = 100 * delta / found['base']['step_ms_p50']
+    assert_rounds_to(change_percent, percent, f'{shape} change %')
+    return percent
+
+
 def test_perf_family_4bit_sweep_rows_are_their_files():
     # PERF.md's H100 table of the families' 4-bit steps before and after their GEMVs were swept.
-    folder = ROOT / 'benchmarks' / 'results' / 'h100' / 'families' / '5c44273'
     after = "**The families' 4-bit GEMVs swept (H100, at 5c44273)"
-    percents = []
-    for label, shape in (('Qwen3-0.6B', 'qwen3-0.6b'), ('Qwen3-1.7B', 'qwen3-1.7b'),
-                         ('Qwen3-4B', 'qwen3-4b'), ('Qwen3-8B', 'qwen3-8b'),
-                         ('SmolLM3-3B', 'smollm3-3b'), ('Phi-4-mini', 'phi-4-mini'),
-                         ('Gemma-3-270M', 'gemma-3-270m'), ('Gemma-3-4B', 'gemma-3-4b')):
-        floor, base_cell, new_cell, change = row('docs/PERF.md', label, after=after)
-        found = {arm: load(folder / f'family_{shape}_gptq_{arm}.json')['cells'][0]
-                 for arm in ('base', 'new')}
-        assert all('H100' in cell['device'] for cell in found.values()), shape
-        assert_rounds_to(numbers(floor)[0], found['base']['t_floor_ms'], f'{shape} floor')
-        assert_step_cell(base_cell, found['base'], f'{shape} base')
-        assert_step_cell(new_cell, found['new'], f'{shape} new')
-        change_us, change_percent = numbers(change)
-        delta = found['new']['step_ms_p50'] - found['base']['step_ms_p50']
-        assert_rounds_to(change_us, delta * 1000, f'{shape} change')
-        percents.append(100 * delta / found['base']['step_ms_p50'])
-        assert_rounds_to(change_percent, percents[-1], f'{shape} change %')
+    percents = [assert_4bit_ab_row(label, shape, after) for label, shape in (
+        ('Qwen3-0.6B', 'qwen3-0.6b'), ('Qwen3-1.7B', 'qwen3-1.7b'), ('Qwen3-4B', 'qwen3-4b'),
+        ('Qwen3-8B', 'qwen3-8b'), ('SmolLM3-3B', 'smollm3-3b'), ('Phi-4-mini', 'phi-4-mini'),
+        ('Gemma-3-270M', 'gemma-3-270m'), ('Gemma-3-4B', 'gemma-3-4b'))]
     # README and PERF.md give the range of the gains.
     gains = f'{-max(percents):.1f}-{-min(percents):.1f}%'
     assert f'took {gains} off every' in flat_text(README), gains
     assert f'Every shape gained, {gains}' in flat_text('docs/PERF.md'), gains
 
 
+def test_perf_family_4bit_second_run_rows_are_their_files():
+    # PERF.md's second H100 run of the 4-bit rows: Llama shapes that share them, two families.
+    for label, shape in (('Llama-3.2-1B', 'llama-3.2-1b'), ('Llama-3.2-3B', 'llama-3.2-3b'),
+                         ('Llama-3.1-8B', 'llama-3.1-8b'), ('Phi-4-mini', 'phi-4-mini'),
+                         ('Qwen3-0.6B', 'qwen3-0.6b')):
+        assert_4bit_ab_row(label, shape, '| GPTQ 4-bit (H100, run 2)', run='2')
+
+
 def test_perf_head_norm_probe_figures_are_its_file():
     # PERF.md's paragraph on Qwen3's head norms quotes the probe's per-layer times.
-    probe = {r['shape']: r for r in load(ROOT / 'benchmarks' / 'results' / 'h100' / 'families'
-                                         / '5c44273' / 'headnorm_probe.json')}
+    probe = {r['shape']: r for r in load(FAMILY_4BIT_FOLDER / 'headnorm_probe.json')}
     text = flat_text('docs/PERF.md')
     paragraph = text[text.index("**Qwen3's head norms in the split, alone"):]
     for shape in ('qwen3-0.6b', 'qwen3-8b'):
