@@ -101,7 +101,11 @@
 #              the stashed one back in a later call (a call's tree is sent afresh)
 #   familysweep the same for the step's bf16 GEMVs of FAMILY_SWEEP_SHAPES (default the Qwen3
 #              and Gemma 3 shapes furthest below their R_floor targets), before families;
-#              FAMILY_SWEEP_KINDS picks other kinds (the 4-bit ones: rms_matvec_q4cuda,...)
+#              FAMILY_SWEEP_KINDS picks other kinds
+#   familysweepq4 the same for the 4-bit GEMVs of FAMILY_SWEEP_SHAPES (default every qwen3,
+#              smollm3, phi-4-mini and gemma-3 entry of config/models.yaml), each shape's kinds
+#              as its step runs them (Gemma 3's on the Triton kernels where its float32 norms
+#              go); then `FAMILY_QUANTS=gptq ... families` times the steps with them
 #   specembedded the same on the embedded 135M at ctx 512, whose costs give
 #              benchmarks/speculation_acceptance.py's effective speed-up on the embedded model,
 #              graphed
@@ -174,6 +178,13 @@ run() {  # run NAME TIMEOUT CMD...: log to $WORK/NAME.log, never stop the other 
 
 model_tag() {  # model_tag MODEL: a model spec as a file-name part (synthetic:a:gptq -> a-gptq)
   echo "${1#synthetic:}" | tr ':' '-'
+}
+
+family_shapes() {  # every published shape of the families added in v84 (config/models.yaml)
+  python3 -c 'import yaml
+from physinf_ros.resources import config_path
+print(" ".join(k for k in yaml.safe_load(open(config_path("models.yaml")))
+               if k.startswith(("qwen3", "smollm3", "phi-4", "gemma-3"))))'
 }
 
 sweep_into_config() {  # sweep_into_config STAGE MODEL KINDS: kernel_sweep.py's best shape of
@@ -397,10 +408,7 @@ print(" ".join(s.name for s in stacks.QUANTIZATIONS + stacks.UNSUPPORTED))')}; d
         --model synthetic:llama-3.1-8b:gptq --modes "${GPTQ_MODES:-graphed,exllamav2}" --contexts 2048,16384 \
         --sessions 3 --record-unavailable --out "$WORK/stacks_gptq.json";;
     families)
-      shapes=${FAMILY_SHAPES:-$(python3 -c 'import yaml
-from physinf_ros.resources import config_path
-print(" ".join(k for k in yaml.safe_load(open(config_path("models.yaml")))
-               if k.startswith(("qwen3", "smollm3", "phi-4", "gemma-3"))))')}
+      shapes=${FAMILY_SHAPES:-$(family_shapes)}
       for quant in ${FAMILY_QUANTS:-bf16 gptq}; do
         suffix=; [ "$quant" = gptq ] && suffix=:gptq
         for shape in $shapes; do
@@ -478,6 +486,19 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
       # The step's bf16 GEMV shapes of the families' small shapes (issue 53), swept.
       for shape in ${FAMILY_SWEEP_SHAPES:-qwen3-0.6b qwen3-1.7b gemma-3-1b gemma-3-4b}; do
         sweep_into_config familysweep "synthetic:$shape" "${FAMILY_SWEEP_KINDS:-rms_matvec,matvec_add,gate_up}"
+      done
+      tail -n 12 config/kernels.yaml;;
+    familysweepq4)
+      for shape in ${FAMILY_SWEEP_SHAPES:-$(family_shapes)}; do
+        # Gemma 3's normed GEMVs (QKV, gate/up with GeGLU) take the Triton 4-bit kernel, which
+        # reads its float32 norms; its o_proj and down, without a norm, the CUDA one. The other
+        # families run every 4-bit GEMV on the CUDA kernels (docs/PERF.md, the families' 4-bit
+        # GEMVs swept).
+        case $shape in
+          gemma-3*) kinds=rms_matvec_q4,gate_up_q4,rms_matvec_q4cuda;;
+          *) kinds=rms_matvec_q4cuda,gate_up_q4cuda,matvec_add_q4cuda;;
+        esac
+        sweep_into_config familysweepq4 "synthetic:$shape" "$kinds"
       done
       tail -n 12 config/kernels.yaml;;
     rowstuned)
