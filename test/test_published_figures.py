@@ -14,6 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = ROOT / 'benchmarks' / 'results' / 'h200'
+H100_FAMILIES = ROOT / 'benchmarks' / 'results' / 'h100' / 'families'
 NUMBER = re.compile(r'[-+]?\d+(?:\.\d+)?')
 # Our graphed 4-bit 8B as published: the protocol at v36 (commit 2a76128).
 GPTQ_GRAPHED = 'gptq_graphed.json'
@@ -714,7 +715,7 @@ GEMMA_ROWS = [('Gemma-3-270M', 'gemma-3-270m'), ('Gemma-3-1B', 'gemma-3-1b'),
 def test_perf_gemma_attention_ab_rows_are_their_files(label, shape):
     # PERF.md's H100 A/B of Gemma 3's attention shape (a2a23ea): before and after, R_floor too.
     cells = row('docs/PERF.md', label, after='**Measured (a2a23ea, one H100')
-    folder = ROOT / 'benchmarks' / 'results' / 'h100' / 'families' / 'a2a23ea'
+    folder = H100_FAMILIES / 'a2a23ea'
     for cell, arm in zip(cells[:2], ('before', 'after')):
         found = load(folder / f'family_{shape}_bf16_{arm}.json')['cells'][0]
         assert 'H100' in found['device'], (shape, arm)
@@ -740,7 +741,7 @@ def test_perf_gemma_post_norm_fold_rows_are_their_files(label, shape):
     # PERF.md's H100 A/B of the dropped post-norm fold (055d0c4): each arm's runs, step and
     # R_floor, and the change between the arms' mean steps.
     cells = row('docs/PERF.md', label, after='**Measured (055d0c4, one H100; dropped)')
-    folder = ROOT / 'benchmarks' / 'results' / 'h100' / 'families' / '055d0c4'
+    folder = H100_FAMILIES / '055d0c4'
     runs = (1,) if shape == 'gemma-3-270m' else (1, 2)
     steps = {}
     for cell, arm in zip(cells[:2], ('base', 'new')):
@@ -759,7 +760,7 @@ def test_perf_gemma_post_norm_fold_rows_are_their_files(label, shape):
 
 def test_perf_gemma_4bit_sweep_rows_are_their_files():
     # PERF.md's H100 table of Gemma-3-1B's 4-bit step before and after its GEMVs were swept.
-    folder = ROOT / 'benchmarks' / 'results' / 'h100' / 'families' / '2ccb505'
+    folder = H100_FAMILIES / '2ccb505'
     after = "**Gemma-3-1B's 4-bit GEMVs swept (H100, at 2ccb505)"
     means = {}
     for label, arm in (('before', 'base'), ('swept rows', 'new')):
@@ -776,7 +777,7 @@ def test_perf_gemma_4bit_sweep_rows_are_their_files():
     assert_rounds_to(change, (means['new'] - means['base']) * 1000, 'the change')
 
 
-FAMILY_4BIT_FOLDER = ROOT / 'benchmarks' / 'results' / 'h100' / 'families' / '5c44273'
+FAMILY_4BIT_FOLDER = H100_FAMILIES / '5c44273'
 
 
 def assert_4bit_ab_row(label, shape, after, run=''):
