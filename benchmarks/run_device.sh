@@ -104,8 +104,8 @@
 #              FAMILY_SWEEP_KINDS picks other kinds
 #   familysweepq4 the same for the 4-bit GEMVs of FAMILY_SWEEP_SHAPES (default every qwen3,
 #              smollm3, phi-4-mini and gemma-3 entry of config/models.yaml), each shape's kinds
-#              as its step runs them (Gemma 3's on the Triton kernels where its float32 norms
-#              go); then `FAMILY_QUANTS=gptq ... families` times the steps with them
+#              as its step runs them (Gemma 3's GeGLU gate/up on the Triton kernel); then
+#              `FAMILY_QUANTS=gptq ... families` times the steps with them
 #   specembedded the same on the embedded 135M at ctx 512, whose costs give
 #              benchmarks/speculation_acceptance.py's effective speed-up on the embedded model,
 #              graphed
@@ -490,12 +490,11 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
       tail -n 12 config/kernels.yaml;;
     familysweepq4)
       for shape in ${FAMILY_SWEEP_SHAPES:-$(family_shapes)}; do
-        # Gemma 3's normed GEMVs (QKV, gate/up with GeGLU) take the Triton 4-bit kernel, which
-        # reads its float32 norms; its o_proj and down, without a norm, the CUDA one. The other
-        # families run every 4-bit GEMV on the CUDA kernels (docs/PERF.md, the families' 4-bit
-        # GEMVs swept).
+        # Gemma 3's gate/up (GeGLU) takes the Triton 4-bit kernel, which fuses it; its other
+        # GEMVs and every 4-bit GEMV of the other families, the CUDA kernels (docs/PERF.md, the
+        # families' 4-bit GEMVs swept).
         case $shape in
-          gemma-3*) kinds=rms_matvec_q4,gate_up_q4,rms_matvec_q4cuda;;
+          gemma-3*) kinds=gate_up_q4,rms_matvec_q4cuda;;
           *) kinds=rms_matvec_q4cuda,gate_up_q4cuda,matvec_add_q4cuda;;
         esac
         sweep_into_config familysweepq4 "synthetic:$shape" "$kinds"

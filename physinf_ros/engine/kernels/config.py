@@ -204,12 +204,13 @@ class KernelConfig:
         """Packed fp16 arithmetic for 16-bit models on a GPU; float32 models keep float32 sums."""
         return self.half2 and not INTERPRET and device.type == 'cuda' and dtype != torch.float32
 
-    def q4_cuda_path(self, w: PackedLinear, x: torch.Tensor,
-                     norm_w: Optional[torch.Tensor]) -> bool:
+    def q4_cuda_path(self, w: PackedLinear, x: torch.Tensor, norm_w: Optional[torch.Tensor],
+                     gate_up: bool = False) -> bool:
         """Whether this 4-bit GEMV runs q4_gemv.cu: switched on, half2 sums, a GPU that has it."""
         if not (self.q4_cuda and self.half2_path(w.dtype, x.device)):
             return False
-        return (q4_cuda.supported(w, x, norm_w) and not q4_cuda.unavailable(x.device))
+        return (q4_cuda.supported(w, x, norm_w, gate_up)
+                and not q4_cuda.unavailable(x.device))
 
     def q4_kernel_note(self, device: torch.device) -> str:
         """Return a log line saying which kernel runs the 4-bit GEMVs on device, and why."""

@@ -1009,13 +1009,12 @@ _TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.floa
 
 def _q4_gemv(w: PackedLinear, x, y, norm_w, bias, eps, kind, config: KernelConfig,
              accumulate=False, gelu=False):
-    # gelu (a gate/up's GeGLU, Gemma 3, whose float32 norms q4_gemv.cu does not read anyway)
-    # runs in the Triton kernel: the CUDA one fuses SiLU only.
+    # gelu (Gemma 3's GeGLU gate/up) runs in the Triton kernel: the CUDA one fuses SiLU only.
     n, k = w.shape
     gate_up = kind == 'gate_up'
     if gate_up:
         n //= 2
-    if not gelu and config.q4_cuda_path(w, x, norm_w):
+    if not gelu and config.q4_cuda_path(w, x, norm_w, gate_up):
         q4_cuda.gemv(w, x, y, norm_w, bias, eps, gate_up, accumulate,
                      config.q4_cuda_shape(kind, n, k, w, accumulate, x.device))
         return

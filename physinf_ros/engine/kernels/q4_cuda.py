@@ -77,18 +77,21 @@ def launch_shape(n: int, k: int, group_rows: int, gate_up: bool, accumulate: boo
     return best[1]
 
 
-def supported(w: PackedLinear, x: torch.Tensor, norm_w: Optional[torch.Tensor]) -> bool:
+def supported(w: PackedLinear, x: torch.Tensor, norm_w: Optional[torch.Tensor],
+              gate_up: bool = False) -> bool:
     """
     Say whether q4_gemv.cu takes this linear and input.
 
-    It needs a 16-bit model, a float32 input, a norm weight in the model's dtype (it reads it
-    so: Gemma 3's float32 norms take the Triton kernel), and tensors whose rows start on 16
+    It needs a 16-bit model, a float32 input, a norm weight in the model's dtype or, but for
+    gate/up, in float32 (Gemma 3's (1 + weight): q4_gemv.cu builds that variant for its QKV only,
+    its gate/up being GeGLU, which the Triton kernel fuses), and tensors whose rows start on 16
     bytes (its vector loads).
     """
     n_all = w.codes.shape[1]
     tensors = [w.codes, w.scales, x] + ([norm_w] if norm_w is not None else [])
+    norm_dtypes = (w.dtype,) if gate_up else (w.dtype, torch.float32)
     return (w.dtype in (torch.float16, torch.bfloat16) and n_all % 4 == 0
-            and (norm_w is None or norm_w.dtype == w.dtype)
+            and (norm_w is None or norm_w.dtype in norm_dtypes)
             and w.group_size % CODES_PER_WORD == 0 and x.dtype == torch.float32
             and all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in tensors))
 
@@ -96,9 +99,9 @@ def supported(w: PackedLinear, x: torch.Tensor, norm_w: Optional[torch.Tensor]) 
 def _declare(handle: ctypes.CDLL) -> None:
     fn = handle.physinf_q4_gemv
     fn.restype = ctypes.c_int
-    # (cols, unit, gate_up, bf16; 7 pointers; n, k, n_all, group_rows, split_k; eps,
+    # (cols, unit, gate_up, bf16, norm_f32; 7 pointers; n, k, n_all, group_rows, split_k; eps,
     # accumulate, stream, pdl, device), as physinf_q4_gemv declares them.
-    fn.argtypes = ([ctypes.c_int] * 4 + [ctypes.c_void_p] * 7 + [ctypes.c_int] * 5
+    fn.argtypes = ([ctypes.c_int] * 5 + [ctypes.c_void_p] * 7 + [ctypes.c_int] * 5
                    + [ctypes.c_float, ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int] * 2)
     handle.physinf_cuda_error.restype = ctypes.c_char_p
     handle.physinf_cuda_error.argtypes = [ctypes.c_int]
@@ -123,16 +126,19 @@ def gemv(w: PackedLinear, x: torch.Tensor, y: torch.Tensor, norm_w: Optional[tor
     """
     Write y = w @ x (+ bias), or add w @ x into y (accumulate), in q4_gemv.cu.
 
-    norm_w makes the input rms_norm(x) * norm_w; gate_up takes w's two halves as gate and up and
-    writes silu(gate) * up: the contract of the Triton kernel in ops_triton._q4_gemv.
+    norm_w (the model's dtype, or float32 as supported() allows) makes the input
+    rms_norm(x) * norm_w; gate_up takes w's two halves as gate and up and writes
+    silu(gate) * up: the contract of the Triton kernel in ops_triton._q4_gemv.
     """
     lib = library(x.device)
     n, k = w.shape
     if gate_up:
         n //= 2
+    norm_f32 = norm_w is not None and norm_w.dtype == torch.float32
     code = lib.handle.physinf_q4_gemv(
-        shape.cols, shape.unit, int(gate_up), int(w.dtype == torch.bfloat16), w.codes.data_ptr(),
-        w.scales.data_ptr(), w.zeros.data_ptr() if w.zeros is not None else None, x.data_ptr(),
+        shape.cols, shape.unit, int(gate_up), int(w.dtype == torch.bfloat16), int(norm_f32),
+        w.codes.data_ptr(), w.scales.data_ptr(),
+        w.zeros.data_ptr() if w.zeros is not None else None, x.data_ptr(),
         norm_w.data_ptr() if norm_w is not None else None,
         bias.data_ptr() if bias is not None else None, y.data_ptr(), n, k, w.codes.shape[1],
         w.group_size // CODES_PER_WORD, shape.split_k, eps, int(accumulate),

@@ -82,18 +82,44 @@ __device__ __forceinline__ uint32_t pack_half2(float low, float high) {
        | ((uint32_t)__half_as_ushort(__float2half_rn(high)) << 16);
 }
 
-// Row r's 8 inputs (x[8 r .. 8 r + 8]) and, with a norm, their 8 norm weights.
-__device__ __forceinline__ void load_row(float (&v)[8], uint4& g, const float* x,
-                                         const uint16_t* norm, int r) {
+// Row r's 8 inputs (x[8 r .. 8 r + 8]) and, with a norm, their 8 norm weights: in the model's
+// dtype (their bits), or float32 (Gemma 3's (1 + weight), which that dtype would round).
+__device__ __forceinline__ void load_inputs(float (&v)[8], const float* x, int r) {
   const float4 lo = *reinterpret_cast<const float4*>(x + r * 8);
   const float4 hi = *reinterpret_cast<const float4*>(x + r * 8 + 4);
   v[0] = lo.x; v[1] = lo.y; v[2] = lo.z; v[3] = lo.w;
   v[4] = hi.x; v[5] = hi.y; v[6] = hi.z; v[7] = hi.w;
+}
+struct Norm8 {   // 8 float32 norm weights
+  float4 lo, hi;
+};
+__device__ __forceinline__ void load_row(float (&v)[8], uint4& g, const float* x,
+                                         const uint16_t* norm, int r) {
+  load_inputs(v, x, r);
   if (norm != nullptr) g = *reinterpret_cast<const uint4*>(norm + r * 8);
+}
+__device__ __forceinline__ void load_row(float (&v)[8], Norm8& g, const float* x,
+                                         const float* norm, int r) {
+  load_inputs(v, x, r);
+  if (norm != nullptr) {
+    g.lo = *reinterpret_cast<const float4*>(norm + r * 8);
+    g.hi = *reinterpret_cast<const float4*>(norm + r * 8 + 4);
+  }
+}
+
+// The inputs stored as half2 pairs (j, j + 4), and their sum where the codes have zeros.
+__device__ __forceinline__ void store_row(float (&v)[8], bool bf16, uint4* xs, float* row_sums,
+                                          const uint8_t* zeros, int r) {
+#pragma unroll
+  for (int j = 0; j < 8; j++) v[j] = round_model(v[j], bf16);
+  xs[r] = make_uint4(pack_half2(v[0], v[4]), pack_half2(v[1], v[5]), pack_half2(v[2], v[6]),
+                     pack_half2(v[3], v[7]));
+  if (zeros != nullptr)
+    row_sums[r] = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 }
 
 // A row's inputs rounded as ops_triton._input rounds them (normed in float32, rounded to the
-// model dtype, times the norm weight, rounded again), stored as half2 pairs (j, j + 4).
+// model dtype, times the norm weight, rounded again), then stored.
 __device__ __forceinline__ void stage_row(float (&v)[8], const uint4& g, bool has_norm,
                                           float rstd, bool bf16, uint4* xs, float* row_sums,
                                           const uint8_t* zeros, int r) {
@@ -105,13 +131,28 @@ __device__ __forceinline__ void stage_row(float (&v)[8], const uint4& g, bool ha
       v[j] = round_model(v[j] * rstd, bf16) * model_value(bits, bf16);
     }
   }
-#pragma unroll
-  for (int j = 0; j < 8; j++) v[j] = round_model(v[j], bf16);
-  xs[r] = make_uint4(pack_half2(v[0], v[4]), pack_half2(v[1], v[5]), pack_half2(v[2], v[6]),
-                     pack_half2(v[3], v[7]));
-  if (zeros != nullptr)
-    row_sums[r] = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+  store_row(v, bf16, xs, row_sums, zeros, r);
 }
+__device__ __forceinline__ void stage_row(float (&v)[8], const Norm8& g, bool has_norm,
+                                          float rstd, bool bf16, uint4* xs, float* row_sums,
+                                          const uint8_t* zeros, int r) {
+  if (has_norm) {
+    const float w[8] = {g.lo.x, g.lo.y, g.lo.z, g.lo.w, g.hi.x, g.hi.y, g.hi.z, g.hi.w};
+#pragma unroll
+    for (int j = 0; j < 8; j++) v[j] = round_model(v[j] * rstd, bf16) * w[j];
+  }
+  store_row(v, bf16, xs, row_sums, zeros, r);
+}
+
+// The norm weights' element and a row of them as loaded, 16-bit or float32.
+template <bool NORM_F32> struct NormRow {
+  using Elem = uint16_t;
+  using Row = uint4;
+};
+template <> struct NormRow<true> {
+  using Elem = float;
+  using Row = Norm8;
+};
 
 template <int UNIT, bool GATE_UP>
 struct Tile {
@@ -187,11 +228,12 @@ __device__ __forceinline__ void sum_tile(const Tile<UNIT, GATE_UP>& t, const uin
   }
 }
 
-template <int COLS, int UNIT, bool GATE_UP>
+template <int COLS, int UNIT, bool GATE_UP, bool NORM_F32>
 __global__ void __launch_bounds__(THREADS, 2)
 q4_gemv_kernel(const uint32_t* __restrict__ qw, const __half* __restrict__ scales,
                const uint8_t* __restrict__ zeros, const float* __restrict__ x,
-               const uint16_t* __restrict__ norm, const uint16_t* __restrict__ bias,
+               const typename NormRow<NORM_F32>::Elem* __restrict__ norm,
+               const uint16_t* __restrict__ bias,
                float* __restrict__ y, int n, int k, int n_all, int group_rows,
                int units_per_split, float eps, int accumulate, int bf16) {
   constexpr int LANES_N = COLS / 4;
@@ -225,7 +267,7 @@ q4_gemv_kernel(const uint32_t* __restrict__ qw, const __half* __restrict__ scale
   // Up to STAGED rows per thread are loaded once, with their norm weights, in one round trip;
   // the sum of squares for rstd comes from the same registers.
   float v[STAGED][8];
-  uint4 g[STAGED];
+  typename NormRow<NORM_F32>::Row g[STAGED];
   float squares = 0.f;
 #pragma unroll
   for (int i = 0; i < STAGED; i++) {
@@ -240,8 +282,9 @@ q4_gemv_kernel(const uint32_t* __restrict__ qw, const __half* __restrict__ scale
   if (norm != nullptr) {   // then the block holds every row of x (no K split)
     for (int r = tid + STAGED * THREADS; r < rows; r += THREADS) {
       float w[8];
-      uint4 unused;
-      load_row(w, unused, x, nullptr, r_begin + r);
+      typename NormRow<NORM_F32>::Row unused;
+      load_row(w, unused, x, static_cast<const typename NormRow<NORM_F32>::Elem*>(nullptr),
+               r_begin + r);
 #pragma unroll
       for (int j = 0; j < 8; j++) squares += w[j] * w[j];
     }
@@ -262,7 +305,7 @@ q4_gemv_kernel(const uint32_t* __restrict__ qw, const __half* __restrict__ scale
   }
   for (int r = tid + STAGED * THREADS; r < rows; r += THREADS) {
     float w[8];
-    uint4 gw;
+    typename NormRow<NORM_F32>::Row gw;
     load_row(w, gw, x, norm, r_begin + r);
     stage_row(w, gw, norm != nullptr, rstd, bf16, xs, row_sums, zeros, r);
   }
@@ -325,12 +368,12 @@ q4_gemv_kernel(const uint32_t* __restrict__ qw, const __half* __restrict__ scale
   }
 }
 
-template <int COLS, int UNIT, bool GATE_UP>
+template <int COLS, int UNIT, bool GATE_UP, bool NORM_F32>
 cudaError_t launch(dim3 grid, size_t smem, cudaStream_t stream, bool pdl, const void* qw,
                    const void* scales, const void* zeros, const void* x, const void* norm,
                    const void* bias, void* y, int n, int k, int n_all, int group_rows,
                    int units_per_split, float eps, int accumulate, int bf16) {
-  auto kernel = q4_gemv_kernel<COLS, UNIT, GATE_UP>;
+  auto kernel = q4_gemv_kernel<COLS, UNIT, GATE_UP, NORM_F32>;
   if (smem > 48 * 1024) {
     const cudaError_t err = cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -349,21 +392,21 @@ cudaError_t launch(dim3 grid, size_t smem, cudaStream_t stream, bool pdl, const 
   return cudaLaunchKernelEx(&config, kernel, static_cast<const uint32_t*>(qw),
                             static_cast<const __half*>(scales),
                             static_cast<const uint8_t*>(zeros), static_cast<const float*>(x),
-                            static_cast<const uint16_t*>(norm),
+                            static_cast<const typename NormRow<NORM_F32>::Elem*>(norm),
                             static_cast<const uint16_t*>(bias), static_cast<float*>(y), n, k,
                             n_all, group_rows, units_per_split, eps, accumulate, bf16);
 }
 
-template <int UNIT, bool GATE_UP>
+template <int UNIT, bool GATE_UP, bool NORM_F32 = false>
 cudaError_t launch_cols(int cols, dim3 grid, size_t smem, cudaStream_t stream, bool pdl,
                         const void* qw, const void* scales, const void* zeros, const void* x,
                         const void* norm, const void* bias, void* y, int n, int k, int n_all,
                         int group_rows, int units_per_split, float eps, int accumulate,
                         int bf16) {
-#define PHYSINF_Q4_LAUNCH(C)                                                                  \
-  return launch<C, UNIT, GATE_UP>(grid, smem, stream, pdl, qw, scales, zeros, x, norm, bias, \
-                                  y, n, k, n_all, group_rows, units_per_split, eps,          \
-                                  accumulate, bf16)
+#define PHYSINF_Q4_LAUNCH(C)                                                                 \
+  return launch<C, UNIT, GATE_UP, NORM_F32>(grid, smem, stream, pdl, qw, scales, zeros, x,  \
+                                            norm, bias, y, n, k, n_all, group_rows,         \
+                                            units_per_split, eps, accumulate, bf16)
   switch (cols) {
     case 16: PHYSINF_Q4_LAUNCH(16);
     case 32: PHYSINF_Q4_LAUNCH(32);
@@ -378,12 +421,13 @@ cudaError_t launch_cols(int cols, dim3 grid, size_t smem, cudaStream_t stream, b
 
 // y (float32 [N]) = W x, or y += W x (accumulate), for one GPTQ linear; 0 or a cudaError_t.
 // cols: columns per block (16, 32, 64 or 128); unit: word rows per thread step (4 or 8, a
-// divisor of group_rows = group size / 8); split_k: blocks along K. norm (model dtype [K]) makes
-// the input rms_norm(x) * norm; bias (model dtype [N]) is added when not accumulating.
-extern "C" int physinf_q4_gemv(int cols, int unit, int gate_up, int bf16, const void* qw,
-                               const void* scales, const void* zeros, const void* x,
-                               const void* norm, const void* bias, void* y, int n, int k,
-                               int n_all, int group_rows, int split_k, float eps,
+// divisor of group_rows = group size / 8); split_k: blocks along K. norm ([K], the model's dtype,
+// or float32 where norm_f32 is set: not with gate_up) makes the input rms_norm(x) * norm; bias
+// (model dtype [N]) is added when not accumulating.
+extern "C" int physinf_q4_gemv(int cols, int unit, int gate_up, int bf16, int norm_f32,
+                               const void* qw, const void* scales, const void* zeros,
+                               const void* x, const void* norm, const void* bias, void* y, int n,
+                               int k, int n_all, int group_rows, int split_k, float eps,
                                int accumulate, void* stream, int pdl, int device) {
   // The launch goes to the device of the tensors, whichever this thread's runtime had current.
   int current = -1;
@@ -400,6 +444,18 @@ extern "C" int physinf_q4_gemv(int cols, int unit, int gate_up, int bf16, const 
   const size_t smem = rows * sizeof(uint4) + (zeros != nullptr ? rows * sizeof(float) : 0);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const bool p = pdl != 0;
+  if (norm_f32) {   // Gemma 3's QKV; its gate/up (GeGLU) runs in Triton
+    if (gate_up || norm == nullptr) return cudaErrorInvalidValue;
+    if (unit == 8)
+      return (int)launch_cols<8, false, true>(cols, grid, smem, s, p, qw, scales, zeros, x, norm,
+                                              bias, y, n, k, n_all, group_rows,
+                                              units_per_split, eps, accumulate, bf16);
+    if (unit == 4)
+      return (int)launch_cols<4, false, true>(cols, grid, smem, s, p, qw, scales, zeros, x, norm,
+                                              bias, y, n, k, n_all, group_rows,
+                                              units_per_split, eps, accumulate, bf16);
+    return cudaErrorInvalidValue;
+  }
   if (gate_up) {
     if (unit != 4) return cudaErrorInvalidValue;
     return (int)launch_cols<4, true>(cols, grid, smem, s, p, qw, scales, zeros, x, norm, bias,

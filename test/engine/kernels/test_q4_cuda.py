@@ -112,6 +112,30 @@ def test_cuda_q4_gemv_matches_triton_at_every_launch_shape(op, n, k, group, dtyp
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize('group', [128, 32])
+def test_cuda_q4_gemv_reads_float32_norms_as_the_triton_kernel(dtype, group):
+    # Gemma 3's QKV: its norm weight (1 + weight) in float32, every launch shape of both units.
+    if q4_cuda.unavailable(CUDA):
+        pytest.fail(f'the CUDA 4-bit kernels did not build: {q4_cuda.unavailable(CUDA)}')
+    n, k = 200, 512
+    w = packed(n, k, group, dtype, False, seed=7)
+    x, norm16 = inputs(k, dtype, seed=8)
+    norm = norm16.float() + 0.001   # values the 16-bit dtype cannot hold
+    triton_y = run('qkv', KernelConfig(q4_cuda=False), w, x, norm, None, n)
+    expected = reference('qkv', w, x, norm, None, n)
+    assert rel(triton_y, expected) < HALF2
+    for cols in q4_cuda.COLUMNS:
+        for unit in (4,) if group == 32 else (4, 8):
+            shape = Q4Shape(cols, unit, 1)
+            config = KernelConfig().with_gemv('rms_matvec_q4cuda', n, k, shape.as_gemv())
+            assert config.q4_cuda_path(w, x, norm)
+            y = run('qkv', config, w, x, norm, None, n)
+            assert rel(y, triton_y) < ORDER_NORMED, shape
+            assert rel(y, expected) < HALF2, shape
+
+
+@pytest.mark.gpu
 def test_cuda_q4_gemv_replays_in_a_graph_with_the_triton_kernels():
     # A chain as in the step: the CUDA GEMV reads what a Triton kernel wrote before it, under
     # programmatic dependent launch, inside one captured graph replayed at new inputs.
@@ -199,20 +223,25 @@ def test_cuda_source_compiles_for_hopper_without_spills(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     report = out.stderr
-    assert report.count('Compiling entry function') == 12   # 4 column widths x 3 variants
+    # 4 column widths x 3 variants with 16-bit norms, and the 2 that are not gate/up with float32
+    assert report.count('Compiling entry function') == 20
     assert '0 bytes spill stores' in report
     assert all(line.strip().startswith('0 bytes stack frame, 0 bytes spill stores')
                for line in report.splitlines() if 'spill stores' in line)
 
 
-def test_a_norm_weight_in_another_dtype_takes_the_triton_kernel():
-    # q4_gemv.cu reads the norm weight in the model's dtype: Gemma 3's float32 norms (1 +
-    # weight) read so gave NaN steps on the H200, so they go to the Triton kernel. CPU tensors
-    # suffice: only dtypes, shapes and alignment are read.
+def test_norm_weights_in_the_models_dtype_or_float32_but_for_gate_up_take_the_cuda_kernel():
+    # q4_gemv.cu reads a norm weight in the model's dtype, or in float32 (Gemma 3's (1 +
+    # weight); read as 16-bit once, they gave NaN steps on the H200) for a GEMV that is not
+    # gate/up (Gemma's gate/up is GeGLU, Triton's). Any other dtype goes to the Triton kernel.
+    # CPU tensors suffice: only dtypes, shapes and alignment are read.
     q = gptq.quantize(torch.randn(64, 256) * 0.05, 128)
     w = PackedLinear.from_gptq(q['qweight'], q['qzeros'], q['scales'], None, torch.bfloat16,
                                torch.device('cpu'))
     x = torch.zeros(256)
     assert q4_cuda.supported(w, x, None)
     assert q4_cuda.supported(w, x, torch.zeros(256, dtype=torch.bfloat16))
-    assert not q4_cuda.supported(w, x, torch.zeros(256, dtype=torch.float32))
+    assert q4_cuda.supported(w, x, torch.zeros(256, dtype=torch.float32))
+    assert q4_cuda.supported(w, x, torch.zeros(256, dtype=torch.bfloat16), gate_up=True)
+    assert not q4_cuda.supported(w, x, torch.zeros(256, dtype=torch.float32), gate_up=True)
+    assert not q4_cuda.supported(w, x, torch.zeros(256, dtype=torch.float16))
