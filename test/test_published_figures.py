@@ -780,10 +780,14 @@ def test_perf_gemma_4bit_sweep_rows_are_their_files():
 FAMILY_4BIT_FOLDER = H100_FAMILIES / '5c44273'
 
 
-def assert_4bit_ab_row(label, shape, after, run=''):
-    """Check a 'floor | before | swept | change' row of a 4-bit A/B table; return the change %."""
-    floor, base_cell, new_cell, change = row('docs/PERF.md', label, after=after)
-    found = {arm: load(FAMILY_4BIT_FOLDER / f'family_{shape}_gptq_{arm}{run}.json')['cells'][0]
+def assert_4bit_ab_row(label, shape, after, run='', folder=FAMILY_4BIT_FOLDER):
+    """
+    Check a 'floor | before | after | change' row of a 4-bit A/B table; return the change %.
+
+    Cells after those four (a prediction) are not figures of the files.
+    """
+    floor, base_cell, new_cell, change = row('docs/PERF.md', label, after=after)[:4]
+    found = {arm: load(folder / f'family_{shape}_gptq_{arm}{run}.json')['cells'][0]
              for arm in ('base', 'new')}
     assert all('H100' in cell['device'] for cell in found.values()), shape
     assert_rounds_to(numbers(floor)[0], found['base']['t_floor_ms'], f'{shape} floor')
@@ -816,6 +820,16 @@ def test_perf_family_4bit_second_run_rows_are_their_files():
                          ('Llama-3.1-8B', 'llama-3.1-8b'), ('Phi-4-mini', 'phi-4-mini'),
                          ('Qwen3-0.6B', 'qwen3-0.6b')):
         assert_4bit_ab_row(label, shape, '| GPTQ 4-bit (H100, run 2)', run='2')
+
+
+def test_perf_gemma_4bit_qkv_on_cuda_rows_are_their_files():
+    # PERF.md's H100 A/B of Gemma 3's 4-bit QKV on q4_gemv.cu (a31e510) against Triton.
+    after = '**Measured (a31e510, one H100).**'
+    percents = [assert_4bit_ab_row(label, shape, after, folder=H100_FAMILIES / 'a31e510')
+                for label, shape in (('Gemma-3-270M', 'gemma-3-270m'),
+                                     ('Gemma-3-1B', 'gemma-3-1b'), ('Gemma-3-4B', 'gemma-3-4b'))]
+    gains = f'{-max(percents):.1f}-{-min(percents):.1f}%'
+    assert f'{gains} more' in flat_text(README), gains
 
 
 def test_perf_head_norm_probe_figures_are_its_file():
