@@ -832,6 +832,30 @@ def test_perf_gemma_4bit_qkv_on_cuda_rows_are_their_files():
     assert f'{gains} more' in flat_text(README), gains
 
 
+def test_perf_h100_bf16_sweep_rows_are_their_files():
+    # PERF.md's H100 table of bf16 steps before and after the bf16 GEMVs were swept there.
+    folder = H100_FAMILIES / 'f5d8848'
+    after = '**Measured (f5d8848, one H100).**'
+    percents = []
+    for label, shape in (('Qwen3-0.6B', 'qwen3-0.6b'), ('Llama-3.2-1B', 'llama-3.2-1b'),
+                         ('Qwen3-4B', 'qwen3-4b'), ('Llama-3.2-3B', 'llama-3.2-3b'),
+                         ('Gemma-3-1B', 'gemma-3-1b'), ('SmolLM3-3B', 'smollm3-3b')):
+        floor, base_cell, new_cell, change = row('docs/PERF.md', label, after=after)
+        found = {arm: load(folder / f'family_{shape}_bf16_{arm}.json')['cells'][0]
+                 for arm in ('base', 'new')}
+        assert all('H100' in cell['device'] for cell in found.values()), shape
+        assert_rounds_to(numbers(floor)[0], found['base']['t_floor_ms'], f'{shape} floor')
+        assert_step_cell(base_cell, found['base'], f'{shape} base')
+        assert_step_cell(new_cell, found['new'], f'{shape} new')
+        delta = found['new']['step_ms_p50'] - found['base']['step_ms_p50']
+        change_us, change_percent = numbers(change)
+        assert_rounds_to(change_us, delta * 1000, f'{shape} change')
+        percents.append(100 * delta / found['base']['step_ms_p50'])
+        assert_rounds_to(change_percent, percents[-1], f'{shape} change %')
+    gains = f'{-max(percents):.1f}-{-min(percents):.1f}%'
+    assert f'took {gains} off the steps of six' in flat_text(README), gains
+
+
 def test_perf_head_norm_probe_figures_are_its_file():
     # PERF.md's paragraph on Qwen3's head norms quotes the probe's per-layer times.
     probe = {r['shape']: r for r in load(FAMILY_4BIT_FOLDER / 'headnorm_probe.json')}
