@@ -780,14 +780,14 @@ def test_perf_gemma_4bit_sweep_rows_are_their_files():
 FAMILY_4BIT_FOLDER = H100_FAMILIES / '5c44273'
 
 
-def assert_4bit_ab_row(label, shape, after, run='', folder=FAMILY_4BIT_FOLDER):
+def assert_ab_row(label, shape, after, run='', folder=FAMILY_4BIT_FOLDER, quant='gptq'):
     """
-    Check a 'floor | before | after | change' row of a 4-bit A/B table; return the change %.
+    Check a 'floor | before | after | change' row of an H100 A/B table; return the change %.
 
     Cells after those four (a prediction) are not figures of the files.
     """
     floor, base_cell, new_cell, change = row('docs/PERF.md', label, after=after)[:4]
-    found = {arm: load(folder / f'family_{shape}_gptq_{arm}{run}.json')['cells'][0]
+    found = {arm: load(folder / f'family_{shape}_{quant}_{arm}{run}.json')['cells'][0]
              for arm in ('base', 'new')}
     assert all('H100' in cell['device'] for cell in found.values()), shape
     assert_rounds_to(numbers(floor)[0], found['base']['t_floor_ms'], f'{shape} floor')
@@ -804,7 +804,7 @@ def assert_4bit_ab_row(label, shape, after, run='', folder=FAMILY_4BIT_FOLDER):
 def test_perf_family_4bit_sweep_rows_are_their_files():
     # PERF.md's H100 table of the families' 4-bit steps before and after their GEMVs were swept.
     after = "**The families' 4-bit GEMVs swept (H100, at 5c44273)"
-    percents = [assert_4bit_ab_row(label, shape, after) for label, shape in (
+    percents = [assert_ab_row(label, shape, after) for label, shape in (
         ('Qwen3-0.6B', 'qwen3-0.6b'), ('Qwen3-1.7B', 'qwen3-1.7b'), ('Qwen3-4B', 'qwen3-4b'),
         ('Qwen3-8B', 'qwen3-8b'), ('SmolLM3-3B', 'smollm3-3b'), ('Phi-4-mini', 'phi-4-mini'),
         ('Gemma-3-270M', 'gemma-3-270m'), ('Gemma-3-4B', 'gemma-3-4b'))]
@@ -819,13 +819,13 @@ def test_perf_family_4bit_second_run_rows_are_their_files():
     for label, shape in (('Llama-3.2-1B', 'llama-3.2-1b'), ('Llama-3.2-3B', 'llama-3.2-3b'),
                          ('Llama-3.1-8B', 'llama-3.1-8b'), ('Phi-4-mini', 'phi-4-mini'),
                          ('Qwen3-0.6B', 'qwen3-0.6b')):
-        assert_4bit_ab_row(label, shape, '| GPTQ 4-bit (H100, run 2)', run='2')
+        assert_ab_row(label, shape, '| GPTQ 4-bit (H100, run 2)', run='2')
 
 
 def test_perf_gemma_4bit_qkv_on_cuda_rows_are_their_files():
     # PERF.md's H100 A/B of Gemma 3's 4-bit QKV on q4_gemv.cu (a31e510) against Triton.
     after = '**Measured (a31e510, one H100).**'
-    percents = [assert_4bit_ab_row(label, shape, after, folder=H100_FAMILIES / 'a31e510')
+    percents = [assert_ab_row(label, shape, after, folder=H100_FAMILIES / 'a31e510')
                 for label, shape in (('Gemma-3-270M', 'gemma-3-270m'),
                                      ('Gemma-3-1B', 'gemma-3-1b'), ('Gemma-3-4B', 'gemma-3-4b'))]
     gains = f'{-max(percents):.1f}-{-min(percents):.1f}%'
@@ -834,24 +834,13 @@ def test_perf_gemma_4bit_qkv_on_cuda_rows_are_their_files():
 
 def test_perf_h100_bf16_sweep_rows_are_their_files():
     # PERF.md's H100 table of bf16 steps before and after the bf16 GEMVs were swept there.
-    folder = H100_FAMILIES / 'f5d8848'
     after = '**Measured (f5d8848, one H100).**'
-    percents = []
-    for label, shape in (('Qwen3-0.6B', 'qwen3-0.6b'), ('Llama-3.2-1B', 'llama-3.2-1b'),
-                         ('Qwen3-4B', 'qwen3-4b'), ('Llama-3.2-3B', 'llama-3.2-3b'),
-                         ('Gemma-3-1B', 'gemma-3-1b'), ('SmolLM3-3B', 'smollm3-3b')):
-        floor, base_cell, new_cell, change = row('docs/PERF.md', label, after=after)
-        found = {arm: load(folder / f'family_{shape}_bf16_{arm}.json')['cells'][0]
-                 for arm in ('base', 'new')}
-        assert all('H100' in cell['device'] for cell in found.values()), shape
-        assert_rounds_to(numbers(floor)[0], found['base']['t_floor_ms'], f'{shape} floor')
-        assert_step_cell(base_cell, found['base'], f'{shape} base')
-        assert_step_cell(new_cell, found['new'], f'{shape} new')
-        delta = found['new']['step_ms_p50'] - found['base']['step_ms_p50']
-        change_us, change_percent = numbers(change)
-        assert_rounds_to(change_us, delta * 1000, f'{shape} change')
-        percents.append(100 * delta / found['base']['step_ms_p50'])
-        assert_rounds_to(change_percent, percents[-1], f'{shape} change %')
+    folder = H100_FAMILIES / 'f5d8848'
+    shapes = (('Qwen3-0.6B', 'qwen3-0.6b'), ('Llama-3.2-1B', 'llama-3.2-1b'),
+              ('Qwen3-4B', 'qwen3-4b'), ('Llama-3.2-3B', 'llama-3.2-3b'),
+              ('Gemma-3-1B', 'gemma-3-1b'), ('SmolLM3-3B', 'smollm3-3b'))
+    percents = [assert_ab_row(label, shape, after, folder=folder, quant='bf16')
+                for label, shape in shapes]
     gains = f'{-max(percents):.1f}-{-min(percents):.1f}%'
     assert f'took {gains} off the steps of six' in flat_text(README), gains
 
