@@ -801,6 +801,11 @@ def assert_ab_row(label, shape, after, run='', folder=FAMILY_4BIT_FOLDER, quant=
     return percent
 
 
+def gain_range(percents):
+    """Return the range of gains of changes in percent (all negative) as the text writes it."""
+    return f'{-max(percents):.1f}-{-min(percents):.1f}%'
+
+
 def test_perf_family_4bit_sweep_rows_are_their_files():
     # PERF.md's H100 table of the families' 4-bit steps before and after their GEMVs were swept.
     after = "**The families' 4-bit GEMVs swept (H100, at 5c44273)"
@@ -809,7 +814,7 @@ def test_perf_family_4bit_sweep_rows_are_their_files():
         ('Qwen3-8B', 'qwen3-8b'), ('SmolLM3-3B', 'smollm3-3b'), ('Phi-4-mini', 'phi-4-mini'),
         ('Gemma-3-270M', 'gemma-3-270m'), ('Gemma-3-4B', 'gemma-3-4b'))]
     # README and PERF.md give the range of the gains.
-    gains = f'{-max(percents):.1f}-{-min(percents):.1f}%'
+    gains = gain_range(percents)
     assert f'took {gains} off every' in flat_text(README), gains
     assert f'Every shape gained, {gains}' in flat_text('docs/PERF.md'), gains
 
@@ -828,7 +833,7 @@ def test_perf_gemma_4bit_qkv_on_cuda_rows_are_their_files():
     percents = [assert_ab_row(label, shape, after, folder=H100_FAMILIES / 'a31e510')
                 for label, shape in (('Gemma-3-270M', 'gemma-3-270m'),
                                      ('Gemma-3-1B', 'gemma-3-1b'), ('Gemma-3-4B', 'gemma-3-4b'))]
-    gains = f'{-max(percents):.1f}-{-min(percents):.1f}%'
+    gains = gain_range(percents)
     assert f'{gains} more' in flat_text(README), gains
 
 
@@ -841,7 +846,7 @@ def test_perf_h100_bf16_sweep_rows_are_their_files():
               ('Gemma-3-1B', 'gemma-3-1b'), ('SmolLM3-3B', 'smollm3-3b'))
     percents = [assert_ab_row(label, shape, after, folder=folder, quant='bf16')
                 for label, shape in shapes]
-    gains = f'{-max(percents):.1f}-{-min(percents):.1f}%'
+    gains = gain_range(percents)
     assert f'took {gains} off the steps of six' in flat_text(README), gains
 
 
