@@ -72,8 +72,9 @@ def gemv_cases(c: ModelConfig):
 CANDIDATES = {
     'rms_matvec': [GemvConfig(bn, bk, 1, w) for bn, bk, w in
                    itertools.product((2, 4, 8, 16, 32), (256, 512, 1024), (4, 8))],
-    'gate_up': [GemvConfig(bn, bk, 1, w) for bn, bk, w in
-                itertools.product((4, 8, 16), (256, 512, 1024), (4, 8))],
+    # Gate/up also with two tiles of each half ahead of its wait (v24 gave the others theirs).
+    'gate_up': [GemvConfig(bn, bk, 1, w, a) for bn, bk, w, a in
+                itertools.product((4, 8, 16), (256, 512, 1024), (4, 8), (1, 2))],
     'matvec_add': [GemvConfig(bn, bk, s, w) for bn, bk, s, w in
                    itertools.product((4, 8, 16, 32), (512, 1024), (1, 2, 4), (4, 8))],
     # 4-bit codes: block_k inputs (block_k / 8 rows of GPTQ words) by block_n outputs.

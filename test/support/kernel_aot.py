@@ -41,11 +41,12 @@ def variants():
                       'HAS_ARGMAX': argmax, 'BLOCK_N': 8, 'BLOCK_K': 1024, 'SPLIT_K': split,
                       'EVEN': even, 'STREAM': 'evict_first', 'AHEAD': ahead, 'PDL': True}
             out.append((ops_triton._matvec_kernel, GEMV, consts))
-        for gelu in (False, True):   # SwiGLU, and Gemma 3's GeGLU
+        # SwiGLU and Gemma 3's GeGLU, one tile ahead of the wait; SwiGLU with two too.
+        for gelu, ahead in ((False, 1), (True, 1), (False, 2)):
             out.append((ops_triton._gate_up_kernel,
                         {k: GEMV[k] for k in ('W', 'X', 'Y', 'NORM', 'N', 'K', 'eps')},
                         {'ROW_BLOCK': 8, 'BLOCK_N': 4, 'BLOCK_K': 512, 'EVEN': even,
-                         'STREAM': 'evict_first', 'GELU': gelu, 'PDL': True}))
+                         'STREAM': 'evict_first', 'GELU': gelu, 'AHEAD': ahead, 'PDL': True}))
     q4 = {'QW': '*i32', 'S': '*fp16', 'Z': '*u8', 'X': F32, 'Y': F32, 'NORM': BF, 'BIAS': BF,
           'N': 'i32', 'K': 'i32', 'N_ALL': 'i32', 'eps': 'fp32', 'MAGIC': 'i32'}
     for even in (True, False):

@@ -241,20 +241,37 @@ def _gated(gate, up, GELU: tl.constexpr):
 @triton.jit
 def _gate_up_kernel(W, X, Y, NORM, N, K, eps, ROW_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_K: tl.constexpr, EVEN: tl.constexpr, STREAM: tl.constexpr,
-                    GELU: tl.constexpr, PDL: tl.constexpr):
+                    GELU: tl.constexpr, AHEAD: tl.constexpr, PDL: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     gate_rows, up_rows = _gate_up_rows(W, rows, K, ROW_BLOCK)
+    # AHEAD tiles of each half before the wait, as in _matvec_kernel.
     gate_next = _tile(gate_rows, row_mask, 0, K, BLOCK_K, EVEN, STREAM)
     up_next = _tile(up_rows, row_mask, 0, K, BLOCK_K, EVEN, STREAM)
+    if AHEAD >= 2:
+        gate_next2 = _tile(gate_rows, row_mask, BLOCK_K, K, BLOCK_K, EVEN, STREAM)
+        up_next2 = _tile(up_rows, row_mask, BLOCK_K, K, BLOCK_K, EVEN, STREAM)
+    if AHEAD >= 3:
+        gate_next3 = _tile(gate_rows, row_mask, 2 * BLOCK_K, K, BLOCK_K, EVEN, STREAM)
+        up_next3 = _tile(up_rows, row_mask, 2 * BLOCK_K, K, BLOCK_K, EVEN, STREAM)
     _grid_sync(PDL)
     acc_gate = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     squares = tl.zeros([BLOCK_K], dtype=tl.float32)   # 1 / rms at the end, as in _matvec_kernel
     for k0 in range(0, K, BLOCK_K):
-        w_gate, w_up = gate_next, up_next
-        gate_next = _tile(gate_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
-        up_next = _tile(up_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
+        w_gate, w_up = gate_next, up_next   # keep AHEAD + 1 tiles of each half in flight
+        if AHEAD == 1:
+            gate_next = _tile(gate_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
+            up_next = _tile(up_rows, row_mask, k0 + BLOCK_K, K, BLOCK_K, EVEN, STREAM)
+        elif AHEAD == 2:
+            gate_next, up_next = gate_next2, up_next2
+            gate_next2 = _tile(gate_rows, row_mask, k0 + 2 * BLOCK_K, K, BLOCK_K, EVEN, STREAM)
+            up_next2 = _tile(up_rows, row_mask, k0 + 2 * BLOCK_K, K, BLOCK_K, EVEN, STREAM)
+        else:
+            gate_next, up_next = gate_next2, up_next2
+            gate_next2, up_next2 = gate_next3, up_next3
+            gate_next3 = _tile(gate_rows, row_mask, k0 + 3 * BLOCK_K, K, BLOCK_K, EVEN, STREAM)
+            up_next3 = _tile(up_rows, row_mask, k0 + 3 * BLOCK_K, K, BLOCK_K, EVEN, STREAM)
         cols = tl.multiple_of(k0, BLOCK_K) + tl.arange(0, BLOCK_K)
         x, squares = _normed(X, NORM, cols, cols < K, squares, EVEN)
         acc_gate += w_gate.to(tl.float32) * x[None, :]
@@ -1142,7 +1159,7 @@ def _gate_up(x, norm_w, w_gate_up, eps, gelu: bool, config: KernelConfig) -> tor
     _gate_up_kernel[(triton.cdiv(n, cfg.block_n),)](
         w_gate_up, x, y, norm_w, n, k, eps, ROW_BLOCK=gate_up_block(n), BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k, EVEN=_even(n, k, cfg), STREAM=config.stream(), GELU=gelu,
-        num_warps=cfg.num_warps, **_pdl(x.device))
+        AHEAD=cfg.tiles_ahead, num_warps=cfg.num_warps, **_pdl(x.device))
     return y
 
 

@@ -22,7 +22,7 @@ def test_kernels_compile_for_sm90_with_wide_weight_loads():
                             env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{')]
-    assert len(rows) == 46
+    assert len(rows) == 48
     failed = [row for row in rows if 'error' in row]
     assert not failed, json.dumps(failed, indent=1)
     for row in rows:

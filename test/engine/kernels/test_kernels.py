@@ -86,6 +86,13 @@ def test_gemvs_with_more_tiles_ahead_of_the_wait_match_the_torch_path(ahead):
     ops_torch.matvec_add(expected, x, w)
     ops_triton.matvec_add(residual, x, w, config=config)
     assert rel(residual, expected) < TOL[torch.bfloat16]
+    # Gate/up's two halves each keep their own tiles in flight: 48 outputs in 8-row blocks.
+    gate, up = rand(48, 192, dtype=torch.bfloat16), rand(48, 192, dtype=torch.bfloat16)
+    w_gate_up = fuse_gate_up(gate, up)
+    config = config.with_gemv('gate_up', 48, 192, GemvConfig(8, 64, 1, 4, ahead))
+    for op in ('rms_gate_up_silu', 'rms_gate_up_gelu'):
+        out = getattr(ops_triton, op)(x, g, w_gate_up, 1e-6, config=config)
+        assert rel(out, getattr(ops_torch, op)(x, g, w_gate_up, 1e-6)) < TOL[torch.bfloat16]
     with pytest.raises(ValueError, match='tiles_ahead'):
         GemvConfig(tiles_ahead=4)
 
