@@ -417,6 +417,30 @@ cudaError_t launch_cols(int cols, dim3 grid, size_t smem, cudaStream_t stream, b
 #undef PHYSINF_Q4_LAUNCH
 }
 
+// The word rows a thread step takes (4 or 8; gate/up 4), for one dtype of the norm weights.
+// Float32 norms come only without gate/up (Gemma 3's QKV), so no such kernel is built.
+template <bool NORM_F32>
+cudaError_t launch_unit(int unit, bool gate_up, int cols, dim3 grid, size_t smem,
+                        cudaStream_t stream, bool pdl, const void* qw, const void* scales,
+                        const void* zeros, const void* x, const void* norm, const void* bias,
+                        void* y, int n, int k, int n_all, int group_rows, int units_per_split,
+                        float eps, int accumulate, int bf16) {
+#define PHYSINF_Q4_LAUNCH(U, G)                                                              \
+  return launch_cols<U, G, NORM_F32>(cols, grid, smem, stream, pdl, qw, scales, zeros, x,    \
+                                     norm, bias, y, n, k, n_all, group_rows, units_per_split, \
+                                     eps, accumulate, bf16)
+  if constexpr (!NORM_F32) {
+    if (gate_up) {
+      if (unit != 4) return cudaErrorInvalidValue;
+      PHYSINF_Q4_LAUNCH(4, true);
+    }
+  }
+  if (unit == 8) PHYSINF_Q4_LAUNCH(8, false);
+  if (unit == 4) PHYSINF_Q4_LAUNCH(4, false);
+  return cudaErrorInvalidValue;
+#undef PHYSINF_Q4_LAUNCH
+}
+
 }  // namespace
 
 // y (float32 [N]) = W x, or y += W x (accumulate), for one GPTQ linear; 0 or a cudaError_t.
@@ -444,33 +468,12 @@ extern "C" int physinf_q4_gemv(int cols, int unit, int gate_up, int bf16, int no
   const size_t smem = rows * sizeof(uint4) + (zeros != nullptr ? rows * sizeof(float) : 0);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const bool p = pdl != 0;
-  if (norm_f32) {   // Gemma 3's QKV; its gate/up (GeGLU) runs in Triton
-    if (gate_up || norm == nullptr) return cudaErrorInvalidValue;
-    if (unit == 8)
-      return (int)launch_cols<8, false, true>(cols, grid, smem, s, p, qw, scales, zeros, x, norm,
-                                              bias, y, n, k, n_all, group_rows,
-                                              units_per_split, eps, accumulate, bf16);
-    if (unit == 4)
-      return (int)launch_cols<4, false, true>(cols, grid, smem, s, p, qw, scales, zeros, x, norm,
-                                              bias, y, n, k, n_all, group_rows,
-                                              units_per_split, eps, accumulate, bf16);
-    return cudaErrorInvalidValue;
-  }
-  if (gate_up) {
-    if (unit != 4) return cudaErrorInvalidValue;
-    return (int)launch_cols<4, true>(cols, grid, smem, s, p, qw, scales, zeros, x, norm, bias,
-                                     y, n, k, n_all, group_rows, units_per_split, eps,
-                                     accumulate, bf16);
-  }
-  if (unit == 8)
-    return (int)launch_cols<8, false>(cols, grid, smem, s, p, qw, scales, zeros, x, norm, bias,
-                                      y, n, k, n_all, group_rows, units_per_split, eps,
-                                      accumulate, bf16);
-  if (unit == 4)
-    return (int)launch_cols<4, false>(cols, grid, smem, s, p, qw, scales, zeros, x, norm, bias,
-                                      y, n, k, n_all, group_rows, units_per_split, eps,
-                                      accumulate, bf16);
-  return cudaErrorInvalidValue;
+  // Float32 norm weights: Gemma 3's QKV; its gate/up (GeGLU) runs in Triton.
+  if (norm_f32 && (gate_up || norm == nullptr)) return cudaErrorInvalidValue;
+  const auto launch_with = norm_f32 ? launch_unit<true> : launch_unit<false>;
+  return (int)launch_with(unit, gate_up != 0, cols, grid, smem, s, p, qw, scales, zeros, x, norm,
+                          bias, y, n, k, n_all, group_rows, units_per_split, eps, accumulate,
+                          bf16);
 }
 
 extern "C" const char* physinf_cuda_error(int code) {
