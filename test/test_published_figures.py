@@ -850,6 +850,26 @@ def test_perf_h100_bf16_sweep_rows_are_their_files():
     assert f'took {gains} off the steps of six' in flat_text(README), gains
 
 
+def test_perf_h100_bf16_sweep_of_three_more_shapes_is_its_files():
+    # PERF.md's H100 table at 12df48d (two runs an arm) and its gate/up one-tile arm of Qwen3-8B.
+    after = '**Measured (12df48d, one H100; no H200 was lent).**'
+    folder = H100_FAMILIES / '12df48d'
+    percents = [assert_ab_row(label + suffix, shape, after, run=run, folder=folder, quant='bf16')
+                for label, shape in (('Qwen3-1.7B', 'qwen3-1.7b'), ('Gemma-3-4B', 'gemma-3-4b'),
+                                     ('Qwen3-8B', 'qwen3-8b'))
+                for suffix, run in (('', ''), (', run 2', '_r2'))]
+    text = flat_text('docs/PERF.md')
+    paragraph = text[text.index(after):]
+    gains = f'-{-max(percents):.1f} to -{-min(percents):.1f}%'
+    assert f"the sweep's gains, {gains}" in paragraph, gains
+    assert f'{gain_range(percents)} off three more' in flat_text(README), gain_range(percents)
+    steps = {arm: [load(folder / f'family_qwen3-8b_bf16_{arm}{run}.json')['cells'][0]
+                   ['step_ms_p50'] for run in ('', '_r2')] for arm in ('ahead1', 'new')}
+    shown = (f"{steps['ahead1'][0]:.3f} and {steps['ahead1'][1]:.3f} ms against the swept "
+             f"{steps['new'][0]:.3f} and {steps['new'][1]:.3f}")
+    assert shown in paragraph, shown
+
+
 def test_perf_head_norm_probe_figures_are_its_file():
     # PERF.md's paragraph on Qwen3's head norms quotes the probe's per-layer times.
     probe = {r['shape']: r for r in load(FAMILY_4BIT_FOLDER / 'headnorm_probe.json')}
