@@ -104,8 +104,12 @@
 #              FAMILY_SWEEP_KINDS picks other kinds
 #   familysweepq4 the same for the 4-bit GEMVs of FAMILY_SWEEP_SHAPES (default every qwen3,
 #              smollm3, phi-4-mini and gemma-3 entry of config/models.yaml), each shape's kinds
-#              as its step runs them (Gemma 3's GeGLU gate/up on the Triton kernel); then
-#              `FAMILY_QUANTS=gptq ... families` times the steps with them
+#              as its step runs them (Gemma 3's GeGLU gate/up on the Triton kernel)
+#   familyab   each shape familysweep (bf16) or familysweepq4 (gptq) swept on this machine, or
+#              FAMILY_AB_CELLS ("QUANT:SHAPE ..."), timed as families does with the kernels.yaml
+#              this call's tree brought (base) and with the swept rows (new), FAMILY_AB_ROUNDS
+#              rounds (default 2), the arms in turn: family_SHAPE_QUANT_{base,new}[_rN].json and
+#              kernels_run.yaml. A sweep of an earlier call comes back with rowstuned before it
 #   specembedded the same on the embedded 135M at ctx 512, whose costs give
 #              benchmarks/speculation_acceptance.py's effective speed-up on the embedded model,
 #              graphed
@@ -122,6 +126,8 @@ OUT=${OUT:-/tmp/physinf_out}
 WORK=$OUT/work
 STASH=$HOME/physinf_stash
 mkdir -p "$WORK" "$STASH" /tmp/site
+# familyab's base arm: kernels.yaml as this call's tree brought it, before a stage appends to it.
+[ -f "$WORK/kernels_repo.yaml" ] || cp config/kernels.yaml "$WORK/kernels_repo.yaml"
 export PYTHONUNBUFFERED=1
 export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export TRITON_CACHE_DIR=$STASH/triton   # compiled kernels survive between calls on one machine
@@ -486,6 +492,7 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
       # The step's bf16 GEMV shapes of the families' small shapes (issue 53), swept.
       for shape in ${FAMILY_SWEEP_SHAPES:-qwen3-0.6b qwen3-1.7b gemma-3-1b gemma-3-4b}; do
         sweep_into_config familysweep "synthetic:$shape" "${FAMILY_SWEEP_KINDS:-rms_matvec,matvec_add,gate_up}"
+        echo "bf16:$shape" >> "$STASH/swept_cells.txt"
       done
       tail -n 12 config/kernels.yaml;;
     familysweepq4)
@@ -498,8 +505,29 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
           *) kinds=rms_matvec_q4cuda,gate_up_q4cuda,matvec_add_q4cuda;;
         esac
         sweep_into_config familysweepq4 "synthetic:$shape" "$kinds"
+        echo "gptq:$shape" >> "$STASH/swept_cells.txt"
       done
       tail -n 12 config/kernels.yaml;;
+    familyab)
+      cp config/kernels.yaml "$WORK/kernels_run.yaml"
+      for cell in ${FAMILY_AB_CELLS:-$(awk '!seen[$0]++' "$STASH/swept_cells.txt" 2>/dev/null)}; do
+        quant=${cell%%:*} shape=${cell#*:} suffix=
+        [ "$quant" = gptq ] && suffix=:gptq
+        for round in $(seq 1 "${FAMILY_AB_ROUNDS:-2}"); do
+          arms="base new" run_tag=
+          [ $((round % 2)) = 0 ] && arms="new base"   # each arm first in turn
+          [ "$round" -gt 1 ] && run_tag=_r$round
+          for arm in $arms; do
+            if [ $arm = base ]; then cp "$WORK/kernels_repo.yaml" config/kernels.yaml
+            else cp "$WORK/kernels_run.yaml" config/kernels.yaml; fi
+            tag=family_${shape}_${quant}_$arm$run_tag
+            TAIL=1 run "$tag" "${BENCH_LIMIT:-120}" python3 -m physinf_ros.bench.cli \
+              --model "synthetic:$shape$suffix" --modes graphed --contexts 2048 --sessions 3 \
+              --out "$WORK/$tag.json"
+          done
+        done
+      done
+      cp "$WORK/kernels_run.yaml" config/kernels.yaml;;
     rowstuned)
       [ -f "$STASH/kernels.yaml" ] && cp "$STASH/kernels.yaml" config/kernels.yaml
       tail -n 3 config/kernels.yaml;;
