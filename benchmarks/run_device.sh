@@ -186,6 +186,15 @@ model_tag() {  # model_tag MODEL: a model spec as a file-name part (synthetic:a:
   echo "${1#synthetic:}" | tr ':' '-'
 }
 
+family_step() {  # family_step QUANT SHAPE NAME TAIL: a family shape's step as the families
+  # stage times it (graphed, ctx 2048, 3 sessions), bf16 or its gptq copy, into $WORK/NAME.json
+  local suffix=
+  [ "$1" = gptq ] && suffix=:gptq
+  TAIL=$4 run "$3" "${BENCH_LIMIT:-120}" python3 -m physinf_ros.bench.cli \
+    --model "synthetic:$2$suffix" --modes graphed --contexts 2048 --sessions 3 \
+    --out "$WORK/$3.json"
+}
+
 family_shapes() {  # every published shape of the families added in v84 (config/models.yaml)
   python3 -c 'import yaml
 from physinf_ros.resources import config_path
@@ -416,12 +425,8 @@ print(" ".join(s.name for s in stacks.QUANTIZATIONS + stacks.UNSUPPORTED))')}; d
     families)
       shapes=${FAMILY_SHAPES:-$(family_shapes)}
       for quant in ${FAMILY_QUANTS:-bf16 gptq}; do
-        suffix=; [ "$quant" = gptq ] && suffix=:gptq
         for shape in $shapes; do
-          tag=${shape}_$quant
-          TAIL=4 run family_$tag "${BENCH_LIMIT:-120}" python3 -m physinf_ros.bench.cli \
-            --model synthetic:$shape$suffix --modes graphed --contexts 2048 --sessions 3 \
-            --out "$WORK/family_$tag.json"
+          family_step "$quant" "$shape" "family_${shape}_$quant" 4
         done
       done;;
     ttft)
@@ -511,8 +516,7 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
     familyab)
       cp config/kernels.yaml "$WORK/kernels_run.yaml"
       for cell in ${FAMILY_AB_CELLS:-$(awk '!seen[$0]++' "$STASH/swept_cells.txt" 2>/dev/null)}; do
-        quant=${cell%%:*} shape=${cell#*:} suffix=
-        [ "$quant" = gptq ] && suffix=:gptq
+        quant=${cell%%:*} shape=${cell#*:}
         for round in $(seq 1 "${FAMILY_AB_ROUNDS:-2}"); do
           arms="base new" run_tag=
           [ $((round % 2)) = 0 ] && arms="new base"   # each arm first in turn
@@ -520,10 +524,7 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
           for arm in $arms; do
             if [ $arm = base ]; then cp "$WORK/kernels_repo.yaml" config/kernels.yaml
             else cp "$WORK/kernels_run.yaml" config/kernels.yaml; fi
-            tag=family_${shape}_${quant}_$arm$run_tag
-            TAIL=1 run "$tag" "${BENCH_LIMIT:-120}" python3 -m physinf_ros.bench.cli \
-              --model "synthetic:$shape$suffix" --modes graphed --contexts 2048 --sessions 3 \
-              --out "$WORK/$tag.json"
+            family_step "$quant" "$shape" "family_${shape}_${quant}_$arm$run_tag" 1
           done
         done
       done
