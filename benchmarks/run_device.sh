@@ -109,7 +109,11 @@
 #              FAMILY_AB_CELLS ("QUANT:SHAPE ..."), timed as families does with the kernels.yaml
 #              this call's tree brought (base) and with the swept rows (new), FAMILY_AB_ROUNDS
 #              rounds (default 2), the arms in turn: family_SHAPE_QUANT_{base,new}[_rN].json and
-#              kernels_run.yaml. A sweep of an earlier call comes back with rowstuned before it
+#              kernels_run.yaml. A sweep of an earlier call comes back with rowstuned before it.
+#              On one machine the family sweeps and familyab do nothing twice (a shape swept,
+#              an A/B round timed), and with CALL_LIMIT (fits, below) start nothing that would
+#              not end in the call: `CALL_LIMIT=560 benchmarks/run_device.sh rowstuned
+#              familysweepq4 familyab gputests`, repeated, goes on where the last call stopped
 #   specembedded the same on the embedded 135M at ctx 512, whose costs give
 #              benchmarks/speculation_acceptance.py's effective speed-up on the embedded model,
 #              graphed
@@ -182,6 +186,18 @@ run() {  # run NAME TIMEOUT CMD...: log to $WORK/NAME.log, never stop the other 
   tail -n "${TAIL:-12}" "$WORK/$name.log"
 }
 
+# CALL_LIMIT (seconds, unset: none): the device call's own limit. The family sweeps' shapes, the
+# A/B's rounds and gputests start only while their estimate (SWEEP_EST, 2 x BENCH_EST, TESTS_EST)
+# fits what is left of it; what does not is left for the next call on the same machine, which
+# goes on from the stash (shapes swept, A/B rounds timed) with rowstuned first.
+fits() {  # fits NAME SECONDS: whether a unit of about SECONDS still fits CALL_LIMIT
+  [ -z "${CALL_LIMIT:-}" ] && return 0
+  local left=$((CALL_LIMIT - SECONDS))
+  [ "$left" -ge "$2" ] && return 0
+  echo "=== $1: left for the next call ($left s of CALL_LIMIT left, about $2 s needed)"
+  return 1
+}
+
 model_tag() {  # model_tag MODEL: a model spec as a file-name part (synthetic:a:gptq -> a-gptq)
   echo "${1#synthetic:}" | tr ':' '-'
 }
@@ -233,6 +249,7 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton._
         ${PYTEST_K:+-k "$PYTEST_K"} test/engine/kernels/test_kernels.py test/engine/test_gpu_engine.py \
         ${EXTRA_TESTS:-};;
     gputests)
+      fits gputests "${TESTS_EST:-220}" || continue
       # Three processes share the GPU: the tests check results, none of them times anything.
       TAIL=3 run gputests_engine "${TESTS_LIMIT:-540}" "${PYTEST[@]}" -k "not ($EMBEDDED_K)" \
         test/engine/test_gpu_engine.py &
@@ -496,6 +513,8 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
     familysweep)
       # The step's bf16 GEMV shapes of the families' small shapes (issue 53), swept.
       for shape in ${FAMILY_SWEEP_SHAPES:-qwen3-0.6b qwen3-1.7b gemma-3-1b gemma-3-4b}; do
+        grep -qx "bf16:$shape" "$STASH/swept_cells.txt" 2>/dev/null && continue
+        fits "familysweep_$shape" "${SWEEP_EST:-120}" || break
         sweep_into_config familysweep "synthetic:$shape" "${FAMILY_SWEEP_KINDS:-rms_matvec,matvec_add,gate_up}"
         echo "bf16:$shape" >> "$STASH/swept_cells.txt"
       done
@@ -509,6 +528,8 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
           gemma-3*) kinds=gate_up_q4,rms_matvec_q4cuda;;
           *) kinds=rms_matvec_q4cuda,gate_up_q4cuda,matvec_add_q4cuda;;
         esac
+        grep -qx "gptq:$shape" "$STASH/swept_cells.txt" 2>/dev/null && continue
+        fits "familysweepq4_$shape" "${SWEEP_EST:-120}" || break
         sweep_into_config familysweepq4 "synthetic:$shape" "$kinds"
         echo "gptq:$shape" >> "$STASH/swept_cells.txt"
       done
@@ -521,11 +542,14 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
           arms="base new" run_tag=
           [ $((round % 2)) = 0 ] && arms="new base"   # each arm first in turn
           [ "$round" -gt 1 ] && run_tag=_r$round
+          grep -qx "$cell$run_tag" "$STASH/ab_done.txt" 2>/dev/null && continue
+          fits "family_${shape}_$quant$run_tag" $((2 * ${BENCH_EST:-45})) || break 2
           for arm in $arms; do
             if [ $arm = base ]; then cp "$WORK/kernels_repo.yaml" config/kernels.yaml
             else cp "$WORK/kernels_run.yaml" config/kernels.yaml; fi
             family_step "$quant" "$shape" "family_${shape}_${quant}_$arm$run_tag" 1
           done
+          echo "$cell$run_tag" >> "$STASH/ab_done.txt"
         done
       done
       cp "$WORK/kernels_run.yaml" config/kernels.yaml;;
