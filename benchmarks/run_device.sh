@@ -211,6 +211,15 @@ family_step() {  # family_step QUANT SHAPE NAME TAIL: a family shape's step as t
     --out "$WORK/$3.json"
 }
 
+sweep_family_shape() {  # sweep_family_shape QUANT STAGE SHAPE KINDS: SHAPE's GEMVs swept into
+  # config/kernels.yaml (sweep_into_config) unless this machine has swept QUANT:SHAPE already;
+  # returns 1, sweeping nothing, when the sweep would not fit CALL_LIMIT, so the stage stops there
+  grep -qx "$1:$3" "$STASH/swept_cells.txt" 2>/dev/null && return 0
+  fits "$2_$3" "${SWEEP_EST:-120}" || return 1
+  sweep_into_config "$2" "synthetic:$3" "$4"
+  echo "$1:$3" >> "$STASH/swept_cells.txt"
+}
+
 family_shapes() {  # every published shape of the families added in v84 (config/models.yaml)
   python3 -c 'import yaml
 from physinf_ros.resources import config_path
@@ -513,10 +522,8 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
     familysweep)
       # The step's bf16 GEMV shapes of the families' small shapes (issue 53), swept.
       for shape in ${FAMILY_SWEEP_SHAPES:-qwen3-0.6b qwen3-1.7b gemma-3-1b gemma-3-4b}; do
-        grep -qx "bf16:$shape" "$STASH/swept_cells.txt" 2>/dev/null && continue
-        fits "familysweep_$shape" "${SWEEP_EST:-120}" || break
-        sweep_into_config familysweep "synthetic:$shape" "${FAMILY_SWEEP_KINDS:-rms_matvec,matvec_add,gate_up}"
-        echo "bf16:$shape" >> "$STASH/swept_cells.txt"
+        sweep_family_shape bf16 familysweep "$shape" \
+          "${FAMILY_SWEEP_KINDS:-rms_matvec,matvec_add,gate_up}" || break
       done
       tail -n 12 config/kernels.yaml;;
     familysweepq4)
@@ -528,10 +535,7 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
           gemma-3*) kinds=gate_up_q4,rms_matvec_q4cuda;;
           *) kinds=rms_matvec_q4cuda,gate_up_q4cuda,matvec_add_q4cuda;;
         esac
-        grep -qx "gptq:$shape" "$STASH/swept_cells.txt" 2>/dev/null && continue
-        fits "familysweepq4_$shape" "${SWEEP_EST:-120}" || break
-        sweep_into_config familysweepq4 "synthetic:$shape" "$kinds"
-        echo "gptq:$shape" >> "$STASH/swept_cells.txt"
+        sweep_family_shape gptq familysweepq4 "$shape" "$kinds" || break
       done
       tail -n 12 config/kernels.yaml;;
     familyab)
