@@ -870,6 +870,32 @@ def test_perf_h100_bf16_sweep_of_three_more_shapes_is_its_files():
     assert shown in paragraph, shown
 
 
+def test_perf_h100_bf16_sweep_of_the_last_shapes_is_its_files():
+    # PERF.md's H100 table at 5c3dc75 (two runs an arm): Gemma-3-270M kept, the other two not.
+    after = '**Measured (5c3dc75, the last shapes swept on an H100).**'
+    folder = H100_FAMILIES / '5c3dc75'
+    percents = {shape: [assert_ab_row(label + suffix, shape, after, run=run, folder=folder,
+                                      quant='bf16')
+                        for suffix, run in (('', ''), (', run 2', '_r2'))]
+                for label, shape in (('Gemma-3-270M', 'gemma-3-270m'),
+                                     ('Llama-3.1-8B', 'llama-3.1-8b'),
+                                     ('Phi-4-mini', 'phi-4-mini'))}
+    gains = gain_range(percents['gemma-3-270m'])
+    assert f'{gains} off Gemma-3-270M' in flat_text(README), gains
+    losses = sorted(percents['phi-4-mini'])
+    shown = f'Phi-4-mini lost {losses[0]:.1f}-{losses[1]:.1f}%'
+    assert shown in flat_text('docs/PERF.md'), shown
+
+
+def test_perf_shared_o_proj_rows_are_their_files():
+    # PERF.md's H100 A/B of the o_proj row SmolLM3-3B and Llama-3.2-1B share (three runs an arm).
+    after = '**The o_proj row SmolLM3-3B and Llama-3.2-1B share with Qwen3-1.7B'
+    folder = H100_FAMILIES / '5c3dc75' / 'shared_o_proj'
+    for label, shape in (('SmolLM3-3B', 'smollm3-3b'), ('Llama-3.2-1B', 'llama-3.2-1b')):
+        for suffix, run in (('', ''), (', run 2', '_r2'), (', run 3', '_r3')):
+            assert_ab_row(label + suffix, shape, after, run=run, folder=folder, quant='bf16')
+
+
 def test_perf_head_norm_probe_figures_are_its_file():
     # PERF.md's paragraph on Qwen3's head norms quotes the probe's per-layer times.
     probe = {r['shape']: r for r in load(FAMILY_4BIT_FOLDER / 'headnorm_probe.json')}
