@@ -896,6 +896,21 @@ def test_perf_shared_o_proj_rows_are_their_files():
             assert_ab_row(label + suffix, shape, after, run=run, folder=folder, quant='bf16')
 
 
+def test_perf_lm_head_rows_taken_out_are_their_files():
+    # PERF.md's H100 A/B at eb11d9b: three swept lm_head rows against the default shape.
+    after = '**Measured (eb11d9b, one H100).**'
+    folder = H100_FAMILIES / 'eb11d9b'
+    percents = [assert_ab_row(label + suffix, shape, after, run=run, folder=folder, quant='bf16')
+                for label, shape in (('Qwen3-0.6B', 'qwen3-0.6b'),
+                                     ('Llama-3.2-3B', 'llama-3.2-3b'),
+                                     ('Gemma-3-4B', 'gemma-3-4b'))
+                for suffix, run in (('', ''), (', run 2', '_r2'))]
+    gains = gain_range(percents)
+    assert f'took {gains} more (Qwen3-0.6B' in flat_text(README), gains
+    assert f'made the steps {gains} longer' in ' '.join(
+        (ROOT / 'config' / 'kernels.yaml').read_text().replace('#', ' ').split()), gains
+
+
 def test_perf_head_norm_probe_figures_are_its_file():
     # PERF.md's paragraph on Qwen3's head norms quotes the probe's per-layer times.
     probe = {r['shape']: r for r in load(FAMILY_4BIT_FOLDER / 'headnorm_probe.json')}
