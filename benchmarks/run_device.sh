@@ -114,6 +114,11 @@
 #              an A/B round timed), and with CALL_LIMIT (fits, below) start nothing that would
 #              not end in the call: `CALL_LIMIT=560 benchmarks/run_device.sh rowstuned
 #              familysweepq4 familyab gputests`, repeated, goes on where the last call stopped
+#   droprows   the rows DROP_ROWS ("KIND:N:K ...") out of this GPU's entry of this machine's
+#              config/kernels.yaml (and the stash), so that familyab's new arm times the default
+#              shape against the swept row (docs/PERF.md, lesson 33): `DROP_ROWS=
+#              rms_matvec:151936:2560 FAMILY_AB_CELLS=bf16:qwen3-4b benchmarks/run_device.sh
+#              droprows familyab gputests`
 #   specembedded the same on the embedded 135M at ctx 512, whose costs give
 #              benchmarks/speculation_acceptance.py's effective speed-up on the embedded model,
 #              graphed
@@ -557,6 +562,19 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
         done
       done
       cp "$WORK/kernels_run.yaml" config/kernels.yaml;;
+    droprows)
+      [ -n "${DROP_ROWS:-}" ] || { echo "=== droprows: DROP_ROWS names no row"; continue; }
+      python3 -c 'import sys, torch, yaml
+tuning = yaml.safe_load(open("config/kernels.yaml"))
+entry = tuning[torch.cuda.get_device_name()]
+drop = {(kind, int(n), int(k)) for kind, n, k in (row.split(":") for row in sys.argv[1:])}
+missing = drop - {(row["kind"], row["n"], row["k"]) for row in entry["gemv"]}
+if missing:
+    sys.exit(f"droprows: this GPU has no row {sorted(missing)}: familyab would time one arm twice")
+entry["gemv"] = [row for row in entry["gemv"] if (row["kind"], row["n"], row["k"]) not in drop]
+yaml.safe_dump(tuning, open("config/kernels.yaml", "w"), sort_keys=False)
+print("droprows: took out", sorted(drop))' $DROP_ROWS \
+        && cp config/kernels.yaml "$STASH/kernels.yaml";;
     rowstuned)
       [ -f "$STASH/kernels.yaml" ] && cp "$STASH/kernels.yaml" config/kernels.yaml
       tail -n 3 config/kernels.yaml;;
