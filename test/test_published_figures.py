@@ -806,6 +806,18 @@ def gain_range(percents):
     return f'{-max(percents):.1f}-{-min(percents):.1f}%'
 
 
+def assert_ab_runs(after, folder, shapes, runs=2):
+    """
+    Check the bf16 rows 'LABEL', 'LABEL, run 2', ... of an H100 A/B table, runs a shape.
+
+    shapes is (label, shape) pairs; returns each shape's changes in percent, run by run.
+    """
+    tags = [('', '')] + [(f', run {n}', f'_r{n}') for n in range(2, runs + 1)]
+    return {shape: [assert_ab_row(label + suffix, shape, after, run=run, folder=folder,
+                                  quant='bf16') for suffix, run in tags]
+            for label, shape in shapes}
+
+
 def test_perf_family_4bit_sweep_rows_are_their_files():
     # PERF.md's H100 table of the families' 4-bit steps before and after their GEMVs were swept.
     after = "**The families' 4-bit GEMVs swept (H100, at 5c44273)"
@@ -854,13 +866,12 @@ def test_perf_h100_bf16_sweep_of_three_more_shapes_is_its_files():
     # PERF.md's H100 table at 12df48d (two runs an arm) and its gate/up one-tile arm of Qwen3-8B.
     after = '**Measured (12df48d, one H100; no H200 was lent).**'
     folder = H100_FAMILIES / '12df48d'
-    percents = [assert_ab_row(label + suffix, shape, after, run=run, folder=folder, quant='bf16')
-                for label, shape in (('Qwen3-1.7B', 'qwen3-1.7b'), ('Gemma-3-4B', 'gemma-3-4b'),
-                                     ('Qwen3-8B', 'qwen3-8b'))
-                for suffix, run in (('', ''), (', run 2', '_r2'))]
+    percents = assert_ab_runs(after, folder, (('Qwen3-1.7B', 'qwen3-1.7b'),
+                                              ('Gemma-3-4B', 'gemma-3-4b'),
+                                              ('Qwen3-8B', 'qwen3-8b')))
     text = flat_text('docs/PERF.md')
     paragraph = text[text.index(after):]
-    gains = gain_range(percents)
+    gains = gain_range([p for runs in percents.values() for p in runs])
     assert f'the sweep took {gains} off these steps' in paragraph, gains
     assert f'{gains} off three more' in flat_text(README), gains
     steps = {arm: [load(folder / f'family_qwen3-8b_bf16_{arm}{run}.json')['cells'][0]
@@ -874,12 +885,9 @@ def test_perf_h100_bf16_sweep_of_the_last_shapes_is_its_files():
     # PERF.md's H100 table at 5c3dc75 (two runs an arm): Gemma-3-270M kept, the other two not.
     after = '**Measured (5c3dc75, the last shapes swept on an H100).**'
     folder = H100_FAMILIES / '5c3dc75'
-    percents = {shape: [assert_ab_row(label + suffix, shape, after, run=run, folder=folder,
-                                      quant='bf16')
-                        for suffix, run in (('', ''), (', run 2', '_r2'))]
-                for label, shape in (('Gemma-3-270M', 'gemma-3-270m'),
-                                     ('Llama-3.1-8B', 'llama-3.1-8b'),
-                                     ('Phi-4-mini', 'phi-4-mini'))}
+    percents = assert_ab_runs(after, folder, (('Gemma-3-270M', 'gemma-3-270m'),
+                                              ('Llama-3.1-8B', 'llama-3.1-8b'),
+                                              ('Phi-4-mini', 'phi-4-mini')))
     gains = gain_range(percents['gemma-3-270m'])
     assert f'{gains} off Gemma-3-270M' in flat_text(README), gains
     losses = sorted(percents['phi-4-mini'])
@@ -891,24 +899,20 @@ def test_perf_shared_o_proj_rows_are_their_files():
     # PERF.md's H100 A/B of the o_proj row SmolLM3-3B and Llama-3.2-1B share (three runs an arm).
     after = '**The o_proj row SmolLM3-3B and Llama-3.2-1B share with Qwen3-1.7B'
     folder = H100_FAMILIES / '5c3dc75' / 'shared_o_proj'
-    for label, shape in (('SmolLM3-3B', 'smollm3-3b'), ('Llama-3.2-1B', 'llama-3.2-1b')):
-        for suffix, run in (('', ''), (', run 2', '_r2'), (', run 3', '_r3')):
-            assert_ab_row(label + suffix, shape, after, run=run, folder=folder, quant='bf16')
+    assert_ab_runs(after, folder, (('SmolLM3-3B', 'smollm3-3b'), ('Llama-3.2-1B', 'llama-3.2-1b')),
+                   runs=3)
 
 
 def test_perf_lm_head_rows_taken_out_are_their_files():
     # PERF.md's H100 A/B at eb11d9b: three swept lm_head rows against the default shape.
     after = '**Measured (eb11d9b, one H100).**'
     folder = H100_FAMILIES / 'eb11d9b'
-    percents = [assert_ab_row(label + suffix, shape, after, run=run, folder=folder, quant='bf16')
-                for label, shape in (('Qwen3-0.6B', 'qwen3-0.6b'),
-                                     ('Llama-3.2-3B', 'llama-3.2-3b'),
-                                     ('Gemma-3-4B', 'gemma-3-4b'))
-                for suffix, run in (('', ''), (', run 2', '_r2'))]
-    gains = gain_range(percents)
+    percents = assert_ab_runs(after, folder, (('Qwen3-0.6B', 'qwen3-0.6b'),
+                                              ('Llama-3.2-3B', 'llama-3.2-3b'),
+                                              ('Gemma-3-4B', 'gemma-3-4b')))
+    gains = gain_range([p for runs in percents.values() for p in runs])
     assert f'took {gains} more (Qwen3-0.6B' in flat_text(README), gains
-    assert f'the steps ran {gains} shorter without them' in ' '.join(
-        (ROOT / 'config' / 'kernels.yaml').read_text().replace('#', ' ').split()), gains
+    assert f'the steps ran {gains} shorter without them' in flat_text('config/kernels.yaml'), gains
 
 
 def test_perf_head_norm_probe_figures_are_its_file():
