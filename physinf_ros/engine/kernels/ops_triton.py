@@ -164,8 +164,6 @@ def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
     if AHEAD >= 3:
         w_next3 = _tile(w_rows, row_mask, k_start + 2 * BLOCK_K, k_end, BLOCK_K, EVEN, STREAM)
     _grid_sync(PDL)
-    if HAS_ARGMAX:   # the slot as the programs ended before this one left it, for the epilogue
-        seen = tl.load(ARGMAX, volatile=True)
     # RMSNorm's 1 / rms is one number: it scales the sums at the end, and its squares come from
     # the loads the tiles need anyway, so no pass over the input precedes the first tile (the
     # norm's rows of K are whole here: rms_matvec never splits K). The normed input is then not
@@ -202,23 +200,20 @@ def _matvec_kernel(W, X, Y, NORM, BIAS, ARGMAX, N, K, eps,
             y += tl.load(BIAS + rows, mask=row_mask, other=0.0).to(tl.float32)
         tl.store(Y + rows, y, mask=row_mask)
     if HAS_ARGMAX:   # greedy choice in the epilogue
-        _offer_argmax(ARGMAX, seen, tl.where(row_mask, y, float('-inf')), rows, N)
+        _offer_argmax(ARGMAX, tl.where(row_mask, y, float('-inf')), rows, N)
 
 
 @triton.jit
-def _offer_argmax(ARGMAX, seen, y, rows, N):
+def _offer_argmax(ARGMAX, y, rows, N):
     # The program's best row of y (-inf where it has none) offered to one 64-bit atomic max:
     # the logit's bits (made to order like the float) above the row index (inverted, so ties
-    # go to the lowest index, as torch.argmax does). seen is the slot as this program read it
-    # after its wait: the max only grows within a step, so an offer at or below it cannot win
-    # and is not sent (every program's atomic queues on the one address).
+    # go to the lowest index, as torch.argmax does).
     best = tl.max(y, axis=0)
     row = tl.min(tl.where(y == best, rows, N), axis=0)
     bits = best.to(tl.int32, bitcast=True)
     key = bits ^ ((bits >> 31) & 0x7FFFFFFF)
-    packed = (key.to(tl.int64) << 32) | (0xFFFFFFFF - row.to(tl.int64))
-    if packed > seen:
-        tl.atomic_max(ARGMAX, packed, sem='relaxed')   # read by the next kernel after its wait
+    tl.atomic_max(ARGMAX, (key.to(tl.int64) << 32) | (0xFFFFFFFF - row.to(tl.int64)),
+                  sem='relaxed')   # read by the next kernel after its PDL wait
 
 
 @triton.jit
@@ -980,12 +975,11 @@ def _masked_argmax_kernel(LOGITS, BITS, ARGMAX, N, BLOCK: tl.constexpr, PDL: tl.
     # argmax slot as the lm_head's epilogue does (bit i of word w allows token 32 w + i).
     # Where nothing is allowed every logit reads -inf and row 0 wins, as with torch.argmax.
     _grid_sync(PDL)
-    seen = tl.load(ARGMAX, volatile=True)
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     words = tl.load(BITS + rows // 32, mask=rows < N, other=0)
     allowed = ((words >> (rows % 32)) & 1) != 0
-    _offer_argmax(ARGMAX, seen, tl.load(LOGITS + rows, mask=allowed & (rows < N),
-                                        other=float('-inf')), rows, N)
+    _offer_argmax(ARGMAX, tl.load(LOGITS + rows, mask=allowed & (rows < N),
+                                  other=float('-inf')), rows, N)
 
 
 @triton.jit
