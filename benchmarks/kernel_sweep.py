@@ -4,8 +4,10 @@ Sweep the decode kernels' launch shapes on the real weight shapes of a model; pi
 Each GEMV is timed over as many copies of its weight as one step reads (one per layer), so the
 weights come from HBM as in a real step rather than from L2, and the launches are captured in a
 CUDA graph and replayed, as in the graphed engine, so the host's launch cost does not hide the
-kernels' own time. Prints achieved GB/s per config beside cuBLAS (torch.nn.functional.linear,
-M=1; M=--rows for the rows_ kinds) timed the same way, and writes JSON.
+kernels' own time. The lm_head is timed as the greedy step runs it, its argmax in the GEMV's
+epilogue (greedy_head). Prints achieved GB/s per config beside cuBLAS
+(torch.nn.functional.linear, M=1; M=--rows for the rows_ kinds; no argmax) timed the same way,
+and writes JSON.
 
     python3 benchmarks/kernel_sweep.py --model synthetic:llama-3.1-8b --out sweep.json
 """
@@ -141,8 +143,14 @@ def random_weight(kind, rows, k, device, dtype):
     return PackedLinear(codes, scales, None, GROUP_SIZE, dtype)
 
 
-def sweep_gemv(kind, n, k, copies, device, dtype, base_config: KernelConfig, rows_in=ROWS):
-    """Time every candidate launch shape of one GEMV, each in its own kernel configuration."""
+def sweep_gemv(kind, n, k, copies, device, dtype, base_config: KernelConfig, rows_in=ROWS,
+               head=False):
+    """
+    Time every candidate launch shape of one GEMV, each in its own kernel configuration.
+
+    head: the lm_head as the greedy step runs it (greedy_head: the argmax in the GEMV's
+    epilogue, whose cost grows with the rows a program, and the kernel that ends the step).
+    """
     base = kind.split('_q4')[0]
     # The rows_ kinds run ops.rows_* over rows_in input rows (the same functions of ops_torch
     # are the reference and cuBLAS's matrix products).
@@ -160,9 +168,15 @@ def sweep_gemv(kind, n, k, copies, device, dtype, base_config: KernelConfig, row
     norm = torch.ones(k, device=device, dtype=dtype)
     bytes_read = weights[0].nbytes * copies
 
+    logits = torch.empty(n, device=device)
+    token = torch.zeros(1, dtype=torch.long, device=device)
+    pos = torch.zeros(1, dtype=torch.int32, device=device)
+
     def run(ops):
         for w in weights:
-            if base == 'matvec_add':
+            if head:
+                ops.greedy_head(x, norm, w, 1e-5, logits, token, pos, None)
+            elif base == 'matvec_add':
                 kind_op(ops, kind)(out, x, w)
             elif base == 'rms_matvec':
                 kind_op(ops, kind)(x, norm, w, None, 1e-5)
@@ -170,6 +184,11 @@ def sweep_gemv(kind, n, k, copies, device, dtype, base_config: KernelConfig, row
                 kind_op(ops, kind)(x, norm, w, 1e-5)
 
     def one(ops, w):   # one GEMV's output, for the correctness check
+        if head and ops is not ops_torch:
+            ops.greedy_head(x, norm, w, 1e-5, logits, token, pos, None)
+            if token.item() != torch.argmax(logits).item():
+                raise ValueError(f'wrong argmax: token {token.item()}')
+            return logits.clone()
         if base == 'rms_matvec':
             return kind_op(ops, kind)(x, norm, w, None, 1e-5)
         if base == 'gate_up':
@@ -202,8 +221,8 @@ def sweep_gemv(kind, n, k, copies, device, dtype, base_config: KernelConfig, row
     print(f'  {kind} {n}x{k}: {len(ok)} configs, {len(results) - len(ok)} failed', flush=True)
     weights.clear()
     torch.cuda.empty_cache()
-    return {'kind': kind, 'n': n, 'k': k, 'copies': copies, 'bytes': bytes_read, 'best': best,
-            'cublas_ms': cublas_ms,
+    return {'kind': kind, 'head': head, 'n': n, 'k': k, 'copies': copies, 'bytes': bytes_read,
+            'best': best, 'cublas_ms': cublas_ms,
             'cublas_gbps': bytes_read / cublas_ms / 1e6 if cublas_ms else None,
             'all': results}
 
@@ -297,11 +316,14 @@ def main(argv=None):
     for kind, n, k, copies in gemv_cases(config):
         if kinds and kind not in kinds:
             continue
-        row = sweep_gemv(kind, n, k, copies, device, dtype, base_config, args.rows)
+        # The vocabulary GEMV is timed as the greedy step runs it (docs/PERF.md, 7313861).
+        head = kind == 'rms_matvec' and n == config.vocab_size
+        row = sweep_gemv(kind, n, k, copies, device, dtype, base_config, args.rows, head)
         report['gemv'].append(row)
         save()
-        print(f'{kind:>10} {n:>6}x{k:<6} best {row["best"]["gbps"]:7.0f} GB/s '
-              f'{row["best"]["config"]}  cuBLAS {row["cublas_gbps"] or 0:7.0f} GB/s', flush=True)
+        print(f'{kind:>10} {n:>6}x{k:<6}{" (head)" if head else ""} best '
+              f'{row["best"]["gbps"]:7.0f} GB/s {row["best"]["config"]}  '
+              f'cuBLAS {row["cublas_gbps"] or 0:7.0f} GB/s', flush=True)
     contexts = [int(c) for c in args.contexts.split(',')]
     if not args.skip_attention:
         report['attention'] = sweep_attention(config, contexts, device, dtype, base_config)

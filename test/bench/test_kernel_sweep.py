@@ -10,6 +10,7 @@ from physinf_ros.engine.kernels import ops_torch
 from physinf_ros.engine.kernels.config import KernelConfig
 from physinf_ros.engine.kernels.ops_triton import KernelOps
 from physinf_ros.engine.kernels.rows import RowOps
+from physinf_ros.engine.kernels.shapes import GemvConfig
 from physinf_ros.engine.model import families
 from physinf_ros.engine.model.config import ModelConfig
 from physinf_ros.engine.model.llama import KVCache
@@ -19,6 +20,7 @@ from tiny_models import FAMILY_CASES, tiny_config
 import torch
 
 kernel_sweep = benchmark_script('kernel_sweep')
+DEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 
 
 @pytest.mark.parametrize('kind', sorted(kernel_sweep.CANDIDATES))
@@ -90,3 +92,33 @@ def test_every_tuned_row_of_kernels_yaml_is_a_gemv_of_a_published_shape():
         keys = [(row['kind'], row['n'], row['k']) for row in entry.get('gemv', [])]
         assert len(keys) == len(set(keys)), f'{gpu}: a GEMV listed twice'
         assert set(keys) - published == set(), f'{gpu}: rows no published shape looks up'
+
+
+@pytest.mark.parametrize('head', [True, False])
+def test_the_lm_head_is_swept_as_the_greedy_step_runs_it(monkeypatch, head):
+    # At eb11d9b three lm_head rows that won their sweep as rms_matvec lengthened the greedy
+    # step, which runs greedy_head: its argmax epilogue costs 1.3 to 14 us a call by the rows a
+    # program (docs/PERF.md, 7313861). Each candidate must run in it, its argmax checked.
+    n, k = 300, 128
+    timing, timed_shapes, greedy = [], [], KernelOps.greedy_head
+
+    def recording(self, *args):
+        if timing:
+            timed_shapes.append(self.config.tuned[('rms_matvec', n, k)])
+        return greedy(self, *args)
+
+    def timed(fn):   # runs what the sweep would time, once, without a GPU
+        timing.append(fn)
+        fn()
+        timing.pop()
+        return 1.0
+
+    monkeypatch.setattr(KernelOps, 'greedy_head', recording)
+    monkeypatch.setattr(kernel_sweep, 'timed', timed)
+    candidates = [GemvConfig(8, 64, 1, 4), GemvConfig(16, 64, 1, 4)]
+    monkeypatch.setitem(kernel_sweep.CANDIDATES, 'rms_matvec', candidates)
+    row = kernel_sweep.sweep_gemv('rms_matvec', n, k, 1, DEVICE, torch.float32, KernelConfig(),
+                                  head=head)
+    assert row['head'] == head
+    assert [r.get('error') for r in row['all']] == [None, None]
+    assert set(timed_shapes) == (set(candidates) if head else set())
