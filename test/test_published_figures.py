@@ -924,3 +924,20 @@ def test_perf_head_norm_probe_figures_are_its_file():
         r = probe[shape]
         shown = f"{r['none_us']:.2f} -> {r['head_norms_us']:.2f} and {r['head_norms2_us']:.2f} us"
         assert shown in paragraph, shown
+
+
+def test_perf_argmax_probe_table_is_its_file():
+    # PERF.md's table of the greedy head's argmax alone (7313861): each lm_head at the launch
+    # shape the H100's configuration runs, us a call (the file times two copies).
+    probe = load(H100_FAMILIES / '7313861' / 'argmax_probe.json')
+    configured = {r['shape']: r for r in probe['rows'] if r['configured']}
+    after = '**Measured (7313861, one H100; dropped).**'
+    for label in ('Llama-3.2-3B', 'Qwen3-0.6B', 'Qwen3-4B', 'Gemma-3-4B', 'Llama-3.1-8B'):
+        r = configured[label.lower()]
+        assert f"| {label}, {r['n']} x {r['k']} |" in (ROOT / 'docs/PERF.md').read_text(), label
+        cells = row('docs/PERF.md', label, after)
+        assert cells[0] == str(r['programs']), label
+        for cell, key in zip(cells[1:4], ('plain_ms', 'greedy_base_ms', 'greedy_new_ms')):
+            assert_rounds_to(cell, r[key] * 500, f'{label} {key}')
+        ns = (r['greedy_base_ms'] - r['plain_ms']) * 5e5 / r['programs']
+        assert_rounds_to(numbers(cells[4])[0], ns, f'{label} ns a program')
