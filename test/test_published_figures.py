@@ -941,3 +941,24 @@ def test_perf_argmax_probe_table_is_its_file():
             assert_rounds_to(cell, r[key] * 500, f'{label} {key}')
         ns = (r['greedy_base_ms'] - r['plain_ms']) * 5e5 / r['programs']
         assert_rounds_to(numbers(cells[4])[0], ns, f'{label} ns a program')
+
+
+def test_perf_lm_head_swept_as_greedy_head_table_is_its_files():
+    # PERF.md's table at c27590d: lm_head shapes as rms_matvec (f5d8848's sweep) and as
+    # greedy_head (c27590d's), us a call (the files time two copies).
+    after = '**Measured (c27590d, one H100): the lm_head swept as `greedy_head`.**'
+    text = (ROOT / 'docs/PERF.md').read_text()
+    lines = [table_cells(line) for line in text[text.index(after):].split('\n\n')[1].splitlines()
+             if line.startswith('|')][2:]
+    assert len(lines) == 5
+    for cells in lines:
+        shape = cells[0].lower()
+        shown = tuple(int(v) for v in numbers(cells[1])[-3:])   # (rows, columns, warps)
+        for cell, file in ((cells[2], f'f5d8848/sweep_{shape}.json'),
+                           (cells[3], f'c27590d/sweepcheck_{shape}.json')):
+            if cell == '-':
+                continue
+            head, = (r for r in load(H100_FAMILIES / file)['gemv'] if r['n'] > 100000)
+            ms, = (a['ms'] for a in head['all'] if 'ms' in a and (
+                a['config']['block_n'], a['config']['block_k'], a['config']['num_warps']) == shown)
+            assert_rounds_to(numbers(cell)[0], ms * 500, f'{cells[0]} {shown} {file}')
