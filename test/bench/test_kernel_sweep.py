@@ -56,9 +56,9 @@ def test_every_launch_shape_a_step_looks_up_is_one_the_sweep_tunes(monkeypatch, 
     arch, tie, sizes = FAMILY_CASES.get(name, ('llama-3.2-1b', False, {}))
     config = ModelConfig.from_hf(tiny_config(arch, tie, sizes))
     family = families.module(config)
-    weights = families.synthetic_weights(config, torch.device('cpu'), torch.float32)
-    cos, sin = family.rope_tables(config, 16, torch.device('cpu'))
-    cache = KVCache.allocate(config, 16, torch.device('cpu'), torch.float32)
+    weights = families.synthetic_weights(config, DEVICE, torch.float32)
+    cos, sin = family.rope_tables(config, 16, DEVICE)
+    cache = KVCache.allocate(config, 16, DEVICE, torch.float32)
     looked_up = set()
     gemv = KernelConfig.gemv
 
@@ -69,8 +69,9 @@ def test_every_launch_shape_a_step_looks_up_is_one_the_sweep_tunes(monkeypatch, 
     monkeypatch.setattr(KernelConfig, 'gemv', recording)
     ops = KernelOps(KernelConfig())
     for step_ops, tokens in ((ops, [5]), (RowOps(ops), [5, 9, 2, 11])):
-        pos = torch.arange(len(tokens), dtype=torch.int32)
-        x = family.decode_layers(weights, cache, torch.tensor(tokens), pos, cos, sin, step_ops)
+        pos = torch.arange(len(tokens), dtype=torch.int32, device=DEVICE)
+        x = family.decode_layers(weights, cache, torch.tensor(tokens, device=DEVICE), pos, cos,
+                                 sin, step_ops)
         step_ops.rms_matvec(x, weights.norm, weights.lm_head, None, config.rms_norm_eps)
     tuned = {(kind, n, k) for kind, n, k, _ in kernel_sweep.gemv_cases(config)
              if '_q4' not in kind}
