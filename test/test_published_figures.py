@@ -915,6 +915,21 @@ def test_perf_lm_head_rows_taken_out_are_their_files():
     assert f'the steps ran {gains} shorter without them' in flat_text('config/kernels.yaml'), gains
 
 
+def test_perf_lm_head_rows_of_8_warps_taken_out_are_their_files():
+    # PERF.md's H100 A/B at a89ebe9: the two lm_head rows of 8 warps against the default shape.
+    after = '**Measured (a89ebe9, one H100): the two lm_head rows of 8 warps out.**'
+    percents = assert_ab_runs(after, H100_FAMILIES / 'a89ebe9' / 'droprows',
+                              (('Qwen3-1.7B', 'qwen3-1.7b'), ('Llama-3.2-1B', 'llama-3.2-1b')))
+    assert all(p < 0 for runs in percents.values() for p in runs), percents
+
+
+def test_perf_qwen3_rows_swept_on_an_h100_are_their_files():
+    # PERF.md's H100 A/B at a89ebe9: Qwen3-4B's and 8B's rows swept again, against kernels.yaml's.
+    after = '**The Qwen3 sweep above, on an H100 (a89ebe9).**'
+    assert_ab_runs(after, H100_FAMILIES / 'a89ebe9' / 'qwensweep',
+                   (('Qwen3-4B', 'qwen3-4b'), ('Qwen3-8B', 'qwen3-8b')))
+
+
 def test_perf_head_norm_probe_figures_are_its_file():
     # PERF.md's paragraph on Qwen3's head norms quotes the probe's per-layer times.
     probe = {r['shape']: r for r in load(FAMILY_4BIT_FOLDER / 'headnorm_probe.json')}
