@@ -6,6 +6,7 @@ step looks up is one it tunes.
 """
 
 from benchmark_scripts import benchmark_script
+from kernel_device import DEVICE
 from physinf_ros.engine.kernels import ops_torch
 from physinf_ros.engine.kernels.config import KernelConfig
 from physinf_ros.engine.kernels.ops_triton import KernelOps
@@ -20,7 +21,6 @@ from tiny_models import FAMILY_CASES, tiny_config
 import torch
 
 kernel_sweep = benchmark_script('kernel_sweep')
-DEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 
 
 @pytest.mark.parametrize('kind', sorted(kernel_sweep.CANDIDATES))

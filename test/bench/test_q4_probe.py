@@ -3,6 +3,7 @@
 import sys
 
 from benchmark_scripts import benchmark_script, BENCHMARKS
+from kernel_device import DEVICE
 import numpy as np
 import torch
 
@@ -21,12 +22,13 @@ def test_four_kernels_and_one_read_the_same_words():
     for c in codes:
         expected[:c.shape[1]] ^= np.bitwise_xor.reduce(c.numpy(), axis=0)
     launch = {'BLOCK_R': 32, 'BLOCK_N': 32, 'PDL': False}
-    separate = torch.zeros(width, dtype=torch.int32)
+    codes = [c.to(DEVICE) for c in codes]
+    separate = torch.zeros(width, dtype=torch.int32, device=DEVICE)
     for c in codes:
         q4_probe._columns_kernel[(c.shape[1] // 32,)](c, separate, c.shape[0], c.shape[1],
                                                       **launch)
-    fused = torch.zeros(width, dtype=torch.int32)
+    fused = torch.zeros(width, dtype=torch.int32, device=DEVICE)
     q4_probe._layer_kernel[(sum(c.shape[1] // 32 for c in codes),)](
         *codes, fused, *(c.shape[0] for c in codes), *(c.shape[1] for c in codes), **launch)
-    assert np.array_equal(separate.numpy(), expected)
-    assert np.array_equal(fused.numpy(), expected)
+    assert np.array_equal(separate.cpu().numpy(), expected)
+    assert np.array_equal(fused.cpu().numpy(), expected)

@@ -6,6 +6,7 @@ attention with a sliding window and its own scale at head size 256, the post-nor
 each family's whole step.
 """
 
+from kernel_device import DEVICE
 from physinf_ros.engine.kernels import ops_torch, ops_triton
 from physinf_ros.engine.kernels.config import KernelConfig
 from physinf_ros.engine.kernels.rows import RowOps
@@ -20,7 +21,6 @@ import pytest
 from tiny_models import FAMILY_CASES, tiny_config, twin_caches
 import torch
 
-DEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 # As test_kernels.py: bf16 cases agree to a few bf16 roundings, float32 ones far closer.
 TOL = {torch.float32: 1e-5, torch.bfloat16: 3e-2}
 

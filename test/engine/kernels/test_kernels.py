@@ -1,5 +1,6 @@
 """The Triton kernels against ops_torch: on a GPU natively, elsewhere in Triton's interpreter."""
 
+from kernel_device import DEVICE
 from physinf_ros.engine import sampling
 from physinf_ros.engine.kernels import ops_torch, ops_triton
 from physinf_ros.engine.kernels.config import KernelConfig
@@ -13,8 +14,6 @@ from poisoned_scratch import poison_scratch
 import pytest
 from tiny_models import tiny_config, twin_caches
 import torch
-
-DEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 
 
 def rel(a, b):

@@ -5,6 +5,7 @@ The kernels run natively on a GPU and in Triton's interpreter elsewhere; the for
 against transformers on the exact float32 dequantisation of the same checkpoint.
 """
 
+from kernel_device import DEVICE
 from physinf_ros.engine.base import DecoderInfo
 from physinf_ros.engine.decoders.hf import HFDecoder, load_hf_model
 from physinf_ros.engine.decoders.native import NativeDecoder, PREFILL_ROWS
@@ -21,8 +22,6 @@ import pytest
 from rows_checks import assert_rows_gemvs_are_row_by_row
 from tiny_models import ARCHS, save_tiny_gptq
 import torch
-
-DEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 
 
 def rel(a, b):

@@ -1,5 +1,6 @@
 """The verify step's kernels over rows against ops_torch's row-by-row loop (natively on a GPU)."""
 
+from kernel_device import DEVICE
 from physinf_ros.engine.kernels import ops_torch, ops_triton
 from physinf_ros.engine.kernels.config import KernelConfig
 from physinf_ros.engine.model.config import ModelConfig
@@ -10,7 +11,6 @@ from rows_checks import assert_rows_gemvs_are_row_by_row
 from tiny_models import twin_caches
 import torch
 
-DEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 TOL = {torch.float32: 1e-5, torch.bfloat16: 3e-2}
 
 

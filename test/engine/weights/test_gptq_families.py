@@ -5,10 +5,11 @@ Each tiny checkpoint is quantised, and its exact float32 dequantisation saved be
 eager backend on the 4-bit copy (dequantised once at load on a CPU) decodes like transformers
 on those floats, and the packed linears the CUDA path keeps (Phi-3's fused QKV and gate/up split
 and its heads laid out, in their 4-bit form) give the same step as the dequantised weights, in
-ops_torch and in the Triton kernels (the interpreter).
+ops_torch and in the Triton kernels (on the GPU where there is one, else in the interpreter).
 """
 
 from decode_checks import assert_same_decode, assert_same_prompt_logits
+from kernel_device import DEVICE
 from physinf_ros.engine import load
 from physinf_ros.engine.kernels import ops_torch, ops_triton
 from physinf_ros.engine.kernels.config import KernelConfig
@@ -19,8 +20,6 @@ from physinf_ros.engine.weights.gptq_files import quantize_hf_dir
 import pytest
 from tiny_models import FAMILY_CASES, save_tiny_gptq
 import torch
-
-CPU = torch.device('cpu')
 
 
 @pytest.fixture(scope='module', params=sorted(FAMILY_CASES))
@@ -44,20 +43,20 @@ def test_gptq_copy_decodes_like_transformers_on_its_dequantised_floats(tiny_gptq
                          ids=['torch', 'triton'])
 def test_packed_linears_step_like_the_dequantised_ones(tiny_gptq, ops):
     gptq_dir, _ = tiny_gptq
-    packed = families.load_hf_dir(gptq_dir, CPU, torch.float32, packed=True)
-    floats = families.load_hf_dir(gptq_dir, CPU, torch.float32, packed=False)
+    packed = families.load_hf_dir(gptq_dir, DEVICE, torch.float32, packed=True)
+    floats = families.load_hf_dir(gptq_dir, DEVICE, torch.float32, packed=False)
     assert isinstance(packed.layers[0].wqkv, PackedLinear)
     assert isinstance(packed.layers[0].w_gate_up, PackedLinear)
     config = packed.config
     family = families.module(config)
-    cos, sin = family.rope_tables(config, 64, CPU)
-    caches = [KVCache.allocate(config, 64, CPU, torch.float32) for _ in range(2)]
-    prompt = torch.arange(3, 24)
+    cos, sin = family.rope_tables(config, 64, DEVICE)
+    caches = [KVCache.allocate(config, 64, DEVICE, torch.float32) for _ in range(2)]
+    prompt = torch.arange(3, 24, device=DEVICE)
     for weights, cache in zip((floats, packed), caches):
         families.prefill(family, weights, cache, prompt, cos, sin)
     for step in range(3):
-        token = torch.tensor([5 + step])
-        pos = torch.tensor([len(prompt) + step], dtype=torch.int32)
+        token = torch.tensor([5 + step], device=DEVICE)
+        pos = torch.tensor([len(prompt) + step], dtype=torch.int32, device=DEVICE)
         ref = family.decode_layers(floats, caches[0], token, pos, cos, sin, ops_torch)
         out = family.decode_layers(packed, caches[1], token, pos, cos, sin, ops)
         error = ((out - ref).norm() / ref.norm()).item()
