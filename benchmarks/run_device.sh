@@ -111,8 +111,8 @@
 #              rounds (default 2), the arms in turn: family_SHAPE_QUANT_{base,new}[_rN].json and
 #              kernels_run.yaml. A sweep of an earlier call comes back with rowstuned before it.
 #              On one machine the family sweeps and familyab do nothing twice (a shape swept,
-#              an A/B round timed), and with CALL_LIMIT (fits, below) start nothing that would
-#              not end in the call: `CALL_LIMIT=560 benchmarks/run_device.sh rowstuned
+#              an A/B round of the same two arms timed), and with CALL_LIMIT (fits, below)
+#              start nothing that would not end in the call: `CALL_LIMIT=560 benchmarks/run_device.sh rowstuned
 #              familysweepq4 familyab gputests`, repeated, goes on where the last call stopped
 #   droprows   the rows DROP_ROWS ("KIND:N:K ...") out of this GPU's entry of this machine's
 #              config/kernels.yaml (and the stash), so that familyab's new arm times the default
@@ -545,20 +545,23 @@ json.dump(schemas["plan"], open("/tmp/plan.json", "w"))'
       tail -n 12 config/kernels.yaml;;
     familyab)
       cp config/kernels.yaml "$WORK/kernels_run.yaml"
+      # A round is done for these two arms only: another experiment on the same machine (other
+      # rows dropped or swept) times the cell again.
+      arms_key=$(cat "$WORK/kernels_repo.yaml" "$WORK/kernels_run.yaml" | md5sum | cut -c1-12)
       for cell in ${FAMILY_AB_CELLS:-$(awk '!seen[$0]++' "$STASH/swept_cells.txt" 2>/dev/null)}; do
         quant=${cell%%:*} shape=${cell#*:}
         for round in $(seq 1 "${FAMILY_AB_ROUNDS:-2}"); do
           arms="base new" run_tag=
           [ $((round % 2)) = 0 ] && arms="new base"   # each arm first in turn
           [ "$round" -gt 1 ] && run_tag=_r$round
-          grep -qx "$cell$run_tag" "$STASH/ab_done.txt" 2>/dev/null && continue
+          grep -qx "$cell$run_tag $arms_key" "$STASH/ab_done.txt" 2>/dev/null && continue
           fits "family_${shape}_$quant$run_tag" $((2 * ${BENCH_EST:-45})) || break 2
           for arm in $arms; do
             if [ $arm = base ]; then cp "$WORK/kernels_repo.yaml" config/kernels.yaml
             else cp "$WORK/kernels_run.yaml" config/kernels.yaml; fi
             family_step "$quant" "$shape" "family_${shape}_${quant}_$arm$run_tag" 1
           done
-          echo "$cell$run_tag" >> "$STASH/ab_done.txt"
+          echo "$cell$run_tag $arms_key" >> "$STASH/ab_done.txt"
         done
       done
       cp "$WORK/kernels_run.yaml" config/kernels.yaml;;
