@@ -4,6 +4,7 @@ from contextlib import redirect_stdout
 import io
 import json
 
+from kernel_device import DEVICE
 from physinf_ros.bench import attention
 from physinf_ros.bench.matrix import ATTENTION_SCHEMA
 from physinf_ros.engine.decoders.stacks import ATTENTIONS
@@ -145,8 +146,7 @@ def test_sdpa_without_enable_gqa_repeats_the_kv_heads(monkeypatch):
 
 def test_physinf_kernel_matches_its_float32_reference():
     # On a GPU natively; elsewhere in Triton's interpreter (conftest sets TRITON_INTERPRET).
-    device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-    inputs = attention.make_inputs(attention.model_config(), 64, device, seed=0)
+    inputs = attention.make_inputs(attention.model_config(), 64, DEVICE, seed=0)
     prepared = attention.physinf_kernel(inputs, KernelConfig())
     out = prepared.call(0).float().view(prepared.expected.shape)
     scale = prepared.expected.abs().max()
