@@ -112,8 +112,9 @@
 #              kernels_run.yaml. A sweep of an earlier call comes back with rowstuned before it.
 #              On one machine the family sweeps and familyab do nothing twice (a shape swept,
 #              an A/B round of the same two arms timed), and with CALL_LIMIT (fits, below)
-#              start nothing that would not end in the call: `CALL_LIMIT=560 benchmarks/run_device.sh rowstuned
-#              familysweepq4 familyab gputests`, repeated, goes on where the last call stopped
+#              start nothing that would not end in the call: `CALL_LIMIT=560
+#              benchmarks/run_device.sh rowstuned familysweepq4 familyab gputests`, repeated,
+#              goes on where the last call stopped
 #   droprows   the rows DROP_ROWS ("KIND:N:K ...") out of this GPU's entry of this machine's
 #              config/kernels.yaml (and the stash), so that familyab's new arm times the default
 #              shape against the swept row (docs/PERF.md, lesson 33): `DROP_ROWS=
