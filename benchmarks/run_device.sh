@@ -45,9 +45,10 @@
 #              vs exllamav2, contexts 2048-16384, R_floor for each
 #   rosvenv    a venv with rclpy from the carried ROS wheels (.gpu-ros-wheels, made here by
 #              ../shared/gpu-ros/fetch-wheels.sh) that sees the image's torch: $ROSVENV
-#   nodetests  the node integration tests (decoder, lifecycle, benchmark node, reliability, service
-#              bursts, one decoder per name; the Generate action's skip where its interface package
-#              is not built) with real rclpy on CUDA (auto: graphed), the embedded model, the ROS venv
+#   nodetests  every node test (test/nodes: the decoder, lifecycle, benchmark node, reliability,
+#              bursts, the families in the node, stopping; the action tests skip where their
+#              interface package is not built) with real rclpy on CUDA (auto: graphed), the embedded
+#              model, the ROS venv
 #   nodebench  benchmarks/node_overhead.py: decoder_node's token interval and TTFT as a
 #              subscriber in another process sees them, against physinf-generate's, on the 8B
 #              and 135M shapes (NODE_SHAPES picks some)
@@ -389,10 +390,7 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
     nodetests)
       PHYSINF_TEST_DEVICE=cuda TAIL=40 run node_tests "${TESTS_LIMIT:-500}" \
         $ROSVENV/bin/python -m pytest -q -p no:cacheprovider -rs ${PYTEST_K:+-k "$PYTEST_K"} \
-        test/nodes/test_decoder_node.py test/nodes/test_lifecycle.py \
-        test/nodes/test_benchmark_node.py test/nodes/test_node_reliability.py \
-        test/nodes/test_service_bursts.py test/nodes/test_one_decoder_per_name.py \
-        test/nodes/test_generate_action.py;;
+        test/nodes;;
     nodebench)
       TAIL=8 run node_overhead "${BENCH_LIMIT:-560}" $ROSVENV/bin/python benchmarks/node_overhead.py \
         --out "$WORK/node_overhead.json" --work "$STASH/node_overhead" \
