@@ -148,7 +148,8 @@ export TRITON_CACHE_DIR=$STASH/triton   # compiled kernels survive between calls
 # package under the other's imports (pytest's broke in one of them).
 exec 9>/tmp/site.lock
 flock 9
-# Wheels the image lacks (gguf, pytest, exllamav2), carried in .whl/.
+# Wheels the image lacks (gguf, pytest, llguidance for the constrained tests, exllamav2), carried
+# in .whl/.
 if [ -d .whl ]; then
   wheels=$(ls .whl | sha256sum | cut -c1-16)
   if [ "$(cat /tmp/site/.wheels 2>/dev/null)" != "$wheels" ]; then
