@@ -14,7 +14,7 @@ LAUNCH = ROOT / 'launch' / 'bench.launch.py'
 def test_every_bench_parameter_is_a_launch_argument_and_only_given_ones_override():
     arguments, node = parts(describe('bench.launch.py'))
     assert node.kwargs['executable'] == 'benchmark_node' and node.kwargs['name'] == 'benchmark'
-    assert {'benchmark_node', 'physinf-bench', 'physinf-report'} <= console_scripts()
+    assert {'benchmark_node', 'physinf-bench', 'physinf-report'} <= console_scripts().keys()
     assert set(arguments) == {p.name for p in BENCH_PARAMS} | {'namespace', 'params_file'}
     assert all(argument.kwargs['description'] for argument in arguments.values())
     assert all(arguments[p.name].kwargs['default_value'] == '' for p in BENCH_PARAMS)

@@ -6,7 +6,7 @@ import subprocess
 from installed import installed_command
 import pytest
 
-CLI = installed_command('physinf-generate', 'physinf_ros.cli')
+CLI = installed_command('physinf-generate')
 
 
 def run(*args):

@@ -9,7 +9,7 @@ from physinf_ros.bench import report, results
 from physinf_ros.bench.cli import bench_main
 import pytest
 
-BENCH = installed_command('physinf-bench', 'physinf_ros.bench.cli')
+BENCH = installed_command('physinf-bench')
 # SmolLM2-135M, float32, tied embeddings (worked out in test_roofline.py).
 EMBEDDED_W_BYTES = 134_515_008 * 4
 EMBEDDED_KV_BYTES_PER_TOKEN = 46_080

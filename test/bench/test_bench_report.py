@@ -20,7 +20,7 @@ def files(tmp_path_factory):
 
 
 def test_report_renders_every_plot_and_the_tables(files, tmp_path):
-    result = subprocess.run(installed_command('physinf-report', 'physinf_ros.bench.report')
+    result = subprocess.run(installed_command('physinf-report')
                             + [str(f) for f in files] + ['--out', str(tmp_path)],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr

@@ -152,7 +152,7 @@ def test_bad_parameters_are_reported_not_crashed_on(finished_run, tmp_path):
 
 
 def test_exit_when_done_exits_with_the_outcome(tmp_path):
-    command = installed_command('benchmark_node', 'physinf_ros.nodes.benchmark_node')
+    command = installed_command('benchmark_node')
     result = subprocess.run(command + ['--ros-args', '-r', f'__ns:={NAMESPACE}_exit',
                                        '-p', 'modes:=eager,warp,hf:nf5', '-p', 'device:=cpu',
                                        '-p', 'exit_when_done:=true'],

@@ -14,7 +14,7 @@ NAMESPACE = f'/start{os.getpid()}'
 
 def start_node(*ros_args, env=None):
     """Run decoder_node to its exit; return (exit code, seconds, its whole output)."""
-    command = installed_command('decoder_node', 'physinf_ros.nodes.decoder_node')
+    command = installed_command('decoder_node')
     start = time.monotonic()
     done = subprocess.run(command + ['--ros-args', '-r', f'__ns:={NAMESPACE}', *ros_args],
                           capture_output=True, text=True, timeout=180,
@@ -90,7 +90,7 @@ def test_broken_start_exits_non_zero_and_names_the_cause(tmp_path, case, figures
     *[('benchmark_node', s, signal.SIGINT) for s in (0.3, 2.2)],
     ('decoder_node', 0.5, signal.SIGTERM)])
 def test_a_signal_while_starting_exits_quietly(script, seconds, signum, tmp_path):
-    command = installed_command(script, f'physinf_ros.nodes.{script}')
+    command = installed_command(script)
     # What an interrupted benchmark measured is written: into this test's folder.
     out = ['-p', f'out_dir:={tmp_path}'] if script == 'benchmark_node' else []
     # faulthandler: a node that hangs instead of stopping is made to print every thread's stack.
@@ -120,7 +120,7 @@ def test_prompt_client_imports_neither_torch_nor_the_engine():
 
 
 def test_benchmark_node_says_stopped_while_ros_still_runs(tmp_path):
-    command = installed_command('benchmark_node', 'physinf_ros.nodes.benchmark_node')
+    command = installed_command('benchmark_node')
     # Short cells, many of them: the run is still going when the interrupt comes.
     proc = subprocess.Popen(command + ['--ros-args', '-r', f'__ns:={NAMESPACE}', '-p',
                                        'device:=cpu', '-p', 'contexts:=64', '-p',

@@ -227,7 +227,7 @@ def test_a_draft_model_serves_the_same_reply_and_is_released_at_cleanup(harness,
     ('off', 'speculation must be a string, got a boolean False (quote it'),
 ])
 def test_a_bad_value_at_start_exits_1_naming_it(value, words):
-    command = installed_command('decoder_node', 'physinf_ros.nodes.decoder_node')
+    command = installed_command('decoder_node')
     done = subprocess.run(command + ['--ros-args', '-r', f'__ns:={NAMESPACE}start', '-p',
                                      f'speculation:={value}'],
                           capture_output=True, text=True, timeout=180)

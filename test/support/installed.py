@@ -12,8 +12,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def installed_command(script, module):
-    """Find an installed console script (where ros2 run looks), else run its module."""
+def installed_command(script):
+    """
+    Find an installed console script (where ros2 run looks), else run its entry point as it would.
+
+    Without an install (a GPU machine's checkout) the fallback calls setup.py's entry point of
+    the script, not its module's __main__: the nodes' entry points take the signals before the
+    module's imports (nodes/entry.py), which a Ctrl-C while starting must meet.
+    """
     try:
         from ament_index_python.packages import get_package_prefix
         exe = Path(get_package_prefix('physinf_ros')) / 'lib' / 'physinf_ros' / script
@@ -22,7 +28,11 @@ def installed_command(script, module):
     except Exception:  # noqa: B902 - not in an ament prefix: fall back below
         pass
     found = shutil.which(script)
-    return [found] if found else [sys.executable, '-m', module]
+    if found:
+        return [found]
+    module, function = console_scripts()[script].split(':')
+    return [sys.executable, '-c',
+            f'import sys; from {module} import {function}; sys.exit({function}())']
 
 
 def require_interfaces():
@@ -44,9 +54,9 @@ def _calls(tree, name):
 
 
 def console_scripts():
-    """Return the names of the console scripts setup.py declares."""
+    """Return the console scripts setup.py declares: name -> 'module:function'."""
     tree = ast.parse((ROOT / 'setup.py').read_text())
     scripts = next(kw.value for call in _calls(tree, 'setup') for kw in call.keywords
                    if kw.arg == 'entry_points')
     entries = ast.literal_eval(scripts)['console_scripts']
-    return {entry.split('=')[0].strip() for entry in entries}
+    return dict((part.strip() for part in entry.split('=')) for entry in entries)

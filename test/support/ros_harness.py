@@ -29,7 +29,7 @@ TEST_DEVICE = os.environ.get('PHYSINF_TEST_DEVICE', 'cpu')
 class NodeProcess:
     """A node's console script started with parameters in a private namespace; logs to a file."""
 
-    script, module = 'decoder_node', 'physinf_ros.nodes.decoder_node'
+    script = 'decoder_node'
 
     def __init__(self, namespace, log_path, **params):
         args = ['--ros-args', '-r', f'__ns:={namespace}']
@@ -37,7 +37,7 @@ class NodeProcess:
             args += ['-p', f'{name}:={json.dumps(value)}']
         self.log_path = log_path
         self._log = open(log_path, 'w')
-        command = installed_command(self.script, self.module)
+        command = installed_command(self.script)
         self.proc = subprocess.Popen(command + args, stdout=self._log, stderr=subprocess.STDOUT)
 
     def log(self):
@@ -72,7 +72,7 @@ class DecoderProcess(NodeProcess):
 class BenchmarkProcess(NodeProcess):
     """benchmark_node in its own process."""
 
-    script, module = 'benchmark_node', 'physinf_ros.nodes.benchmark_node'
+    script = 'benchmark_node'
 
 
 class Probe(Node):

@@ -107,7 +107,7 @@ def test_the_protocol_records_a_mode_that_cannot_run_and_goes_on(monkeypatch):
 
 
 def test_physinf_bench_refuses_a_stack_before_loading_and_lists_modes(tmp_path):
-    command = installed_command('physinf-bench', 'physinf_ros.bench.cli')
+    command = installed_command('physinf-bench')
     result = subprocess.run(command + ['--modes', 'hf,hf:bnb-nf4', '--device', 'cpu',
                                        '--out', str(tmp_path / 'r.json')],
                             capture_output=True, text=True, timeout=120)
