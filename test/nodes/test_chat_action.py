@@ -64,11 +64,8 @@ def send(harness, turns, client=0, cancel_after_piece=False):
 
 def cold(harness, turns, client=0):
     """Return the same conversation's result with reuse off (prefilled from position 0)."""
-    assert harness.set_parameter('kv_keep_sequences', 0).successful
-    try:
+    with harness.parameters(kv_keep_sequences=0):
         result = send(harness, turns, client)
-    finally:
-        assert harness.set_parameter('kv_keep_sequences', 1).successful
     assert result.cached_tokens == 0
     return result
 

@@ -74,11 +74,8 @@ def test_greedy_reply_equals_physinf_generate(harness):
     # other row blocks than a cold prefill; in bf16 on a GPU that can flip a near tie (on an H100
     # at a565a0c, reuse on, the reply parted from physinf-generate's at its sixth token). Reuse
     # itself is checked against transformers in test_kv_reuse_gpu.py.
-    assert harness.set_parameter('kv_keep_sequences', 0).successful
-    try:
+    with harness.parameters(kv_keep_sequences=0):
         response = _reply(harness, prompt)
-    finally:
-        assert harness.set_parameter('kv_keep_sequences', 1).successful
     command = installed_command('physinf-generate') + [
         '--prompt', prompt, '--device', SETTINGS['device'], '--greedy', '--json',
         '--max-context', str(SETTINGS['max_context']),
@@ -100,8 +97,7 @@ def _reply(harness, prompt):
 
 def test_cancel_stops_a_long_request(harness):
     probe = harness.probe
-    assert harness.set_parameter('max_new_tokens', 400).successful
-    try:
+    with harness.parameters(max_new_tokens=400):
         mark = probe.mark()
         request_id = harness.send('Write a long story about a robot who learns to paint.')
         harness.wait_for(lambda: len(probe.since(mark, 'tokens')) >= 3, 60, 'three tokens')
@@ -113,8 +109,6 @@ def test_cancel_stops_a_long_request(harness):
         assert finished['tokens'] < 400
         again = harness.call(probe.cancel_client, Trigger.Request())
         assert not again.success and again.message.startswith('nothing to cancel')
-    finally:
-        assert harness.set_parameter('max_new_tokens', SETTINGS['max_new_tokens']).successful
 
 
 def test_cancel_when_idle_says_so(harness):
@@ -134,12 +128,9 @@ def test_invalid_parameter_is_refused_and_valid_one_applies(harness):
     refused = harness.set_parameter('temperature', -1.0)
     assert not refused.successful and 'temperature' in refused.reason
     assert not harness.set_parameter('max_context', 4096).successful   # read-only at run time
-    assert harness.set_parameter('max_new_tokens', 3).successful
-    try:
+    with harness.parameters(max_new_tokens=3):
         finished = harness.wait_end(harness.send('Tell me a long story.'))
         assert finished['reason'] == 'length' and finished['tokens'] == 3
-    finally:
-        assert harness.set_parameter('max_new_tokens', SETTINGS['max_new_tokens']).successful
 
 
 def test_ctrl_c_exits_cleanly(harness):

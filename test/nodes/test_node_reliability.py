@@ -6,7 +6,6 @@ test asserts the bounds of the reliability issue and records the figures it meas
 conftest.figures); docs/RELIABILITY.md summarises them. Ctrl-C runs last: it stops the node.
 """
 
-from contextlib import contextmanager
 import os
 from pathlib import Path
 import subprocess
@@ -47,19 +46,6 @@ def harness(tmp_path_factory):
     log = tmp_path_factory.mktemp('reliability') / 'decoder.log'
     yield from serving_decoder(NAMESPACE, log, device=TEST_DEVICE, max_context=MAX_CONTEXT,
                                queue_size=QUEUE, **DEFAULTS)
-
-
-@contextmanager
-def settings(harness, **values):
-    """Set live parameters for a block; put the module's defaults back afterwards."""
-    try:
-        for name, value in values.items():
-            result = harness.set_parameter(name, value)
-            assert result.successful, result.reason
-        yield
-    finally:
-        for name in values:
-            assert harness.set_parameter(name, DEFAULTS[name]).successful
 
 
 def decision(harness, mark):
@@ -138,7 +124,7 @@ def test_control_characters_are_removed_and_hostile_text_is_only_text(harness, t
 
 def test_too_long_prompt_is_truncated_when_asked(harness, figures):
     limit = truncation_limit(MAX_CONTEXT, MAX_NEW)
-    with settings(harness, truncate_prompt=True):
+    with harness.parameters(truncate_prompt=True):
         mark = harness.probe.mark()
         finished = serve(harness, TOO_LONG)
     accepted, = [e for e in harness.probe.events_for(finished['id'], mark)
@@ -151,7 +137,7 @@ def test_too_long_prompt_is_truncated_when_asked(harness, figures):
 
 def test_reply_that_is_end_of_sequence_at_once(harness, figures):
     probe = harness.probe
-    with settings(harness, use_chat_template=False):
+    with harness.parameters(use_chat_template=False):
         mark = probe.mark()
         finished = serve(harness, EOS_FIRST_PROMPT)
         harness.wait_for(lambda: probe.since(mark, 'response'), 10, 'the response')
@@ -168,7 +154,7 @@ def test_reply_that_is_end_of_sequence_at_once(harness, figures):
 def test_cancel_mid_stream_stops_within_a_step(harness, figures):
     probe = harness.probe
     runs = []
-    with settings(harness, max_new_tokens=300):
+    with harness.parameters(max_new_tokens=300):
         for wait_steps in (2, 5, 9, 14, 20):
             mark = probe.mark()
             request_id = harness.send(LONG_STORY)
@@ -199,7 +185,7 @@ def test_cancel_when_idle_says_there_is_nothing(harness):
 
 def test_cancel_while_queued(harness, figures):
     probe = harness.probe
-    with settings(harness, max_new_tokens=300):
+    with harness.parameters(max_new_tokens=300):
         # ~/cancel stops only the running request; the next one then starts.
         mark = probe.mark()
         first, second = harness.send(LONG_STORY), harness.send(LONG_STORY)
@@ -249,7 +235,7 @@ def test_invalid_parameter_values_are_refused_with_a_reason(harness, name, value
 
 def test_valid_parameters_apply_from_the_next_request(harness, figures):
     probe = harness.probe
-    with settings(harness, max_new_tokens=24):
+    with harness.parameters(max_new_tokens=24):
         mark = probe.mark()
         greedy = serve(harness, LONG_STORY)
         harness.wait_for(lambda: probe.since(mark, 'response'), 10, 'a response')
@@ -260,7 +246,7 @@ def test_valid_parameters_apply_from_the_next_request(harness, figures):
         # Changed while a request runs: that request keeps the settings it started with.
         # Hot enough that five sampled tokens differ from greedy's: at 1.5, seed 7 drew
         # greedy's own "Once upon a time," on the H200's generator (GPU run of this test).
-        with settings(harness, temperature=4.0, seed=7, max_new_tokens=5):
+        with harness.parameters(temperature=4.0, seed=7, max_new_tokens=5):
             during = harness.wait_end(running)
             harness.wait_for(lambda: probe.since(mark, 'response'), 10, 'a response')
             during_text = probe.since(mark, 'response')[0]
@@ -269,7 +255,7 @@ def test_valid_parameters_apply_from_the_next_request(harness, figures):
             harness.wait_for(lambda: probe.since(sampled_mark, 'response'), 10, 'a response')
             sampled_text = probe.since(sampled_mark, 'response')[0]
     greedy_mark = probe.mark()
-    with settings(harness, max_new_tokens=5):
+    with harness.parameters(max_new_tokens=5):
         serve(harness, LONG_STORY)
         harness.wait_for(lambda: probe.since(greedy_mark, 'response'), 10, 'a response')
     greedy_5 = probe.since(greedy_mark, 'response')[0]
@@ -290,7 +276,7 @@ def test_tiny_temperatures_decode_as_greedy(harness, figures):
     replies = {}
     for temperature in (1e-300, 1e-45):
         mark = probe.mark()
-        with settings(harness, temperature=temperature, seed=7):
+        with harness.parameters(temperature=temperature, seed=7):
             serve(harness, LONG_STORY)
         replies[temperature] = harness.wait_for(lambda: probe.since(mark, 'response'), 10,
                                                 'a response')[0]
@@ -309,7 +295,7 @@ def test_system_prompt_meets_the_prompts_admission(harness, figures):
         assert not refused_text.successful, value
         assert 'system_prompt' in refused_text.reason
     # A prompt refused for length says how much of it the system prompt took.
-    with settings(harness, system_prompt='Answer as a pirate would. ' * 30):
+    with harness.parameters(system_prompt='Answer as a pirate would. ' * 30):
         request_id = harness.send(TOO_LONG)
         rejected = harness.wait_end(request_id)
     assert rejected['event'] == 'rejected' and 'of them system_prompt' in rejected['reason']
@@ -320,7 +306,7 @@ def test_a_reply_cut_inside_a_character_drops_it_and_says_so(harness):
     probe = harness.probe
     mark = probe.mark()
     # The reply starts with a Cyrillic letter whose two bytes come in two tokens.
-    with settings(harness, max_new_tokens=1):
+    with harness.parameters(max_new_tokens=1):
         finished = serve(harness, 'Say hello in Russian.')
     response = harness.wait_for(lambda: probe.since(mark, 'response'), 10, 'a response')[0]
     assert '\ufffd' not in response and '\ufffd' not in ''.join(probe.since(mark, 'tokens'))
@@ -368,7 +354,7 @@ def test_subscriber_killed_mid_stream_does_not_stop_the_node(harness, figures):
 
     try:
         harness.wait_for(subscribed, 60, 'the listener to subscribe')
-        with settings(harness, max_new_tokens=60):
+        with harness.parameters(max_new_tokens=60):
             # The graph lists the listener before the node's publisher has matched it, so a
             # short reply can end before any token reaches it (495292b's CI waited 120 s for
             # one): each attempt is a new request, until the listener hears one mid-stream.

@@ -1,5 +1,6 @@
 """A decoder_node in its own process, and a test node that talks to it over real ROS 2."""
 
+from contextlib import contextmanager
 import json
 import os
 from pathlib import Path
@@ -12,6 +13,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from installed import installed_command  # noqa: F401 - re-exported for the node tests
 from physinf_ros.nodes.common import DIAGNOSTICS_QOS, LATENCY_QOS
 from physinf_ros.nodes.decoder_interface import EVENTS_QOS, TOKENS_QOS
+from physinf_ros.serving.params import PARAMS_BY_NAME
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 import rclpy
@@ -35,6 +37,7 @@ class NodeProcess:
         args = ['--ros-args', '-r', f'__ns:={namespace}']
         for name, value in params.items():
             args += ['-p', f'{name}:={json.dumps(value)}']
+        self.params = params
         self.log_path = log_path
         self._log = open(log_path, 'w')
         command = installed_command(self.script)
@@ -245,6 +248,23 @@ class Harness:
         result = self.call(self.probe.params_client, SetParameters.Request(
             parameters=[Parameter(name=name, value=param_value)]))
         return result.results[0]
+
+    @contextmanager
+    def parameters(self, **values):
+        """
+        Set the decoder's live parameters for a block.
+
+        Afterwards each goes back to the value the node was started with, else its default.
+        """
+        try:
+            for name, value in values.items():
+                result = self.set_parameter(name, value)
+                assert result.successful, result.reason
+            yield
+        finally:
+            for name in values:
+                started = self.node.params.get(name, PARAMS_BY_NAME[name].default)
+                assert self.set_parameter(name, started).successful
 
     def close(self):
         self.executor.shutdown()
