@@ -20,6 +20,7 @@ holds even the first for a block).
 """
 
 from contextlib import contextmanager
+import faulthandler
 import importlib
 import os
 import signal
@@ -97,6 +98,9 @@ def held_signals():
 
 
 def _run(module: str) -> int:
+    # A crash in native code (rcl, the DDS library, torch) then leaves each thread's Python
+    # stack in the node's log: once on CI a losing decoder ended by SIGSEGV with no word of where.
+    faulthandler.enable()
     exit_while_starting(module)
     return importlib.import_module(f'physinf_ros.nodes.{module}').main()
 

@@ -22,6 +22,18 @@ def start_node(*ros_args, env=None):
     return done.returncode, time.monotonic() - start, done.stdout + done.stderr
 
 
+def signal_after(proc, words, signum):
+    """Send signum once proc prints a line holding words (or after 120 s); return its output."""
+    deadline = time.monotonic() + 120
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if words in line or time.monotonic() > deadline:
+            break
+    proc.send_signal(signum)
+    return ''.join(lines) + proc.communicate(timeout=60)[0]
+
+
 def corrupt_model_dir(folder):
     (folder / 'config.json').write_text('{"model_type": "llama", "hidden_size": ')
     return folder / 'config.json'
@@ -93,10 +105,10 @@ def test_a_signal_while_starting_exits_quietly(script, seconds, signum, tmp_path
     command = installed_command(script)
     # What an interrupted benchmark measured is written: into this test's folder.
     out = ['-p', f'out_dir:={tmp_path}'] if script == 'benchmark_node' else []
-    # faulthandler: a node that hangs instead of stopping is made to print every thread's stack.
+    # A node that hangs instead of stopping gets SIGABRT below: its faulthandler (nodes/entry.py)
+    # then prints every thread's stack.
     proc = subprocess.Popen(command + ['--ros-args', '-r', f'__ns:={NAMESPACE}', *out],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ, PYTHONFAULTHANDLER='1'))
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     time.sleep(seconds)
     proc.send_signal(signum)
     try:
@@ -107,6 +119,19 @@ def test_a_signal_while_starting_exits_quietly(script, seconds, signum, tmp_path
         pytest.fail(f'still running 60 s after the signal; its threads then:\n{output}')
     assert proc.returncode == 0, output
     assert 'Traceback' not in output and 'stopped' in output, output
+
+
+def test_a_crash_leaves_each_threads_stack_in_the_log():
+    # A fatal signal from native code (rcl, the DDS library, torch) is reported by faulthandler,
+    # which the node's entry point enables itself: not through PYTHONFAULTHANDLER, unset here.
+    env = {k: v for k, v in os.environ.items() if k != 'PYTHONFAULTHANDLER'}
+    proc = subprocess.Popen(installed_command('decoder_node') + [
+        '--ros-args', '-r', f'__ns:={NAMESPACE}crash', '-p', 'device:=cpu'],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    output = signal_after(proc, 'instance check', signal.SIGSEGV)
+    assert proc.returncode == -signal.SIGSEGV, output
+    assert 'Fatal Python error: Segmentation fault' in output, output
+    assert 'decoder_node.py", line' in output, output
 
 
 def test_prompt_client_imports_neither_torch_nor_the_engine():
@@ -126,14 +151,7 @@ def test_benchmark_node_says_stopped_while_ros_still_runs(tmp_path):
                                        'device:=cpu', '-p', 'contexts:=64', '-p',
                                        'sessions:=1000', '-p', f'out_dir:={tmp_path}'],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 120
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if 'loaded' in line or time.monotonic() > deadline:
-            break
-    proc.send_signal(signal.SIGINT)
-    output = ''.join(lines) + proc.communicate(timeout=60)[0]
+    output = signal_after(proc, 'loaded', signal.SIGINT)
     assert proc.returncode == 0, output
     # Its last words go out while its context is valid (rclpy's own handler shut it first).
     assert ': stopped' in output and 'context is invalid' not in output, output
