@@ -122,8 +122,7 @@ def test_burst_while_idle_is_all_answered(harness, service, figures):
 @pytest.mark.parametrize('service', SERVICES)
 def test_burst_while_decoding_is_all_answered(harness, service, figures):
     probe = harness.probe
-    assert harness.set_parameter('max_new_tokens', 400).successful
-    try:
+    with harness.parameters(max_new_tokens=400):
         # Ready before the request starts: their first calls would cancel it.
         clients = ready_clients(harness, service)
         mark = probe.mark()
@@ -141,15 +140,12 @@ def test_burst_while_decoding_is_all_answered(harness, service, figures):
             # Stop the request if it still decodes.
             harness.call(probe.cancel_all_client, Trigger.Request())
             assert harness.wait_end(request_id, timeout=30)['reason'] in ('cancelled', 'length')
-    finally:
-        assert harness.set_parameter('max_new_tokens', 8).successful
 
 
 def test_concurrent_cancels_of_one_running_request_succeed_exactly_once(harness, figures):
     # Half the callers on ~/cancel, half on ~/cancel_all, all at the one running request.
     probe = harness.probe
-    assert harness.set_parameter('max_new_tokens', 400).successful
-    try:
+    with harness.parameters(max_new_tokens=400):
         clients = [ready_client(harness, node, *SERVICES['cancel' if i % 2 else 'cancel_all'])
                    for i, node in enumerate(harness.callers)]
         mark = probe.mark()
@@ -171,5 +167,3 @@ def test_concurrent_cancels_of_one_running_request_succeed_exactly_once(harness,
         assert finished['reason'] == 'cancelled'
         assert finished['detail'] in ('cancelled by a ~/cancel call',
                                       'cancelled by a ~/cancel_all call')
-    finally:
-        assert harness.set_parameter('max_new_tokens', 8).successful

@@ -132,16 +132,13 @@ def test_an_output_format_that_cannot_be_used_is_refused_and_the_node_serves_on(
 
 
 def test_the_parameters_shape_topic_replies(harness):
-    assert harness.set_parameter('grammar', 'start: "yes" | "no"').successful
-    try:
+    with harness.parameters(grammar='start: "yes" | "no"'):
         request_id = harness.send('Is the sky blue?')
         end = harness.wait_end(request_id)
         assert end['event'] == 'finished' and end['reason'] == 'eos', end
         assert end['detail'] == 'the reply completed its grammar'
         response = harness.probe.since(0, 'response')[-1]
         assert response in ('yes', 'no')
-    finally:
-        assert harness.set_parameter('grammar', '').successful
     refused = harness.set_parameter('response_format', '[1]')
     assert not refused.successful and 'must be a JSON object' in refused.reason
     refused = harness.set_parameter('tool_choice', 'required')
