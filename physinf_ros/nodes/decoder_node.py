@@ -901,7 +901,8 @@ def main(args=None) -> int:
     except ExternalShutdownException:
         pass
     except NameTaken as exc:
-        logger.fatal(str(exc))
+        if not exc.logged:
+            logger.fatal(str(exc))
         code = 1
     except (EngineError, ParameterException) as exc:
         files = _params_files(args)

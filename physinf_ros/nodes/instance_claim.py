@@ -44,6 +44,10 @@ RECORD_GRACE_S = 1.0
 class NameTaken(Exception):
     """Another decoder runs under this one's name; the message names it."""
 
+    def __init__(self, message: str, logged: bool = False):
+        super().__init__(message)
+        self.logged = logged   # said in the log already (claim_name's refusal)
+
 
 def claim_name(node_name: str) -> Tuple[InstanceRecord, Dict[str, InstanceRecord], str]:
     """Listen under node_name for DISCOVERY_S; return (own record, records seen, a note)."""
@@ -79,7 +83,12 @@ def claim_name(node_name: str) -> Tuple[InstanceRecord, Dict[str, InstanceRecord
                                     f'after {heard_after[0]:.3f} s')
         holder = rival(own, seen.values())
         if holder is not None or missing:
-            raise NameTaken(taken_message(name, holder))
+            # Said before the teardown below, which runs in rclpy's and the DDS's native code:
+            # once it ended a losing decoder by SIGSEGV before the decoder could say why (CI at
+            # 1133c6e, docs/RELIABILITY.md).
+            message = taken_message(name, holder)
+            claim.get_logger().fatal(message)
+            raise NameTaken(message, logged=True)
         gave_way = f' ({len(seen)} starting later will give way)' if seen else ''
         return own, seen, f'no other decoder named {name} after {waited:.2f} s{gave_way}'
     finally:

@@ -7,6 +7,7 @@ started silently and every prompt got two `accepted` events and two interleaved 
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -106,6 +107,22 @@ def serve_unchecked(self, executor):
 claim.NameWatch.settle = serve_unchecked
 """
 
+# One whose name check's teardown (rclpy's and the DDS's native code) crashes, as a losing
+# decoder's once did on CI (1133c6e): the first destroy_node of the process is the check's.
+CRASH_IN_TEARDOWN = """
+import os
+import signal
+import sys
+import rclpy.node
+
+
+def crash(self):
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+rclpy.node.Node.destroy_node = crash
+"""
+
 
 def run_deaf(namespace, script):
     """Run a deaf decoder in namespace to its exit (at most 120 s); return (code, output)."""
@@ -145,6 +162,15 @@ def test_one_that_began_serving_before_it_heard_the_first_gives_way(first, tmp_p
     assert code == 1, output
     assert_refused_as_second(output, namespace, first)
     assert 'began serving before this one heard it' in output and 'Traceback' not in output
+    assert first.node.proc.poll() is None
+    served_once(first)
+
+
+def test_one_whose_check_crashes_in_its_teardown_has_said_why_it_stops(first, tmp_path):
+    namespace = first.probe.base.rsplit('/', 1)[0]
+    code, output = run_deaf(namespace, CRASH_IN_TEARDOWN + RUN_DECODER)
+    assert code == -signal.SIGSEGV, output
+    assert_refused_as_second(output, namespace, first)
     assert first.node.proc.poll() is None
     served_once(first)
 
