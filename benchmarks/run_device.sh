@@ -48,7 +48,9 @@
 #   nodetests  every node test (test/nodes: the decoder, lifecycle, benchmark node, reliability,
 #              bursts, the families in the node, stopping; the action tests skip where their
 #              interface package is not built) with real rclpy on CUDA (auto: graphed), the embedded
-#              model, the ROS venv
+#              model, the ROS venv; two pytest processes side by side, each in a ROS domain of its
+#              own, the files dealt between them in turn (node_tests_1.log, node_tests_2.log,
+#              reliability_figures_1.json, ..._2.json; one process took 520 s on an H100 at a565a0c)
 #   nodebench  benchmarks/node_overhead.py: decoder_node's token interval and TTFT as a
 #              subscriber in another process sees them, against physinf-generate's, on the 8B
 #              and 135M shapes (NODE_SHAPES picks some)
@@ -389,9 +391,19 @@ import_exllamav2(torch.device("cuda")); print("exllamav2 extension ready")' \
       fi
       $ROSVENV/bin/python -c 'import rclpy, torch; print("rclpy ok, torch", torch.__version__)';;
     nodetests)
-      PHYSINF_TEST_DEVICE=cuda TAIL=40 run node_tests "${TESTS_LIMIT:-500}" \
-        $ROSVENV/bin/python -m pytest -q -p no:cacheprovider -rs ${PYTEST_K:+-k "$PYTEST_K"} \
-        test/nodes;;
+      # A decoder of one process must not meet the other's (one would give way to the other's
+      # name, or take its prompts): a domain each.
+      files=(test/nodes/test_*.py)
+      for part in 1 2; do
+        dealt=()
+        for i in "${!files[@]}"; do [ $((i % 2 + 1)) = $part ] && dealt+=("${files[$i]}"); done
+        ROS_DOMAIN_ID=$(((ROS_DOMAIN_ID + part - 1) % 233)) \
+          PHYSINF_FIGURES=$WORK/reliability_figures_$part.json \
+          PHYSINF_TEST_DEVICE=${PHYSINF_TEST_DEVICE:-cuda} TAIL=40 run node_tests_$part \
+          "${TESTS_LIMIT:-500}" $ROSVENV/bin/python -m pytest -q -p no:cacheprovider -rs \
+          ${PYTEST_K:+-k "$PYTEST_K"} "${dealt[@]}" &
+      done
+      wait;;
     nodebench)
       TAIL=8 run node_overhead "${BENCH_LIMIT:-560}" $ROSVENV/bin/python benchmarks/node_overhead.py \
         --out "$WORK/node_overhead.json" --work "$STASH/node_overhead" \
