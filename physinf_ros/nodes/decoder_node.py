@@ -900,10 +900,8 @@ def main(args=None) -> int:
             node.stop_on_signal(executor)
     except ExternalShutdownException:
         pass
-    except NameTaken as exc:
-        if not exc.logged:
-            logger.fatal(str(exc))
-        code = 1
+    except NameTaken:
+        code = 1   # its FATAL line is in the log already (instance_claim.refusal)
     except (EngineError, ParameterException) as exc:
         files = _params_files(args)
         logger.fatal(str(exc) + (f' (parameters files: {", ".join(files)})' if files else ''))

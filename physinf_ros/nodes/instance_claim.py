@@ -42,11 +42,17 @@ RECORD_GRACE_S = 1.0
 
 
 class NameTaken(Exception):
-    """Another decoder runs under this one's name; the message names it."""
+    """Another decoder runs under this one's name; the message names it, and is in the log."""
 
-    def __init__(self, message: str, logged: bool = False):
-        super().__init__(message)
-        self.logged = logged   # said in the log already (claim_name's refusal)
+
+def refusal(node: Node, holder: Optional[InstanceRecord]) -> NameTaken:
+    """Log why node gives way, then return the NameTaken that stops it."""
+    # Logged where it is decided, not where it is caught: claim_name's teardown runs in rclpy's
+    # and the DDS's native code, and once ended a losing decoder by SIGSEGV before the decoder
+    # could say why (CI at 1133c6e, docs/RELIABILITY.md).
+    message = taken_message(node.get_fully_qualified_name(), holder)
+    node.get_logger().fatal(message)
+    return NameTaken(message)
 
 
 def claim_name(node_name: str) -> Tuple[InstanceRecord, Dict[str, InstanceRecord], str]:
@@ -83,12 +89,7 @@ def claim_name(node_name: str) -> Tuple[InstanceRecord, Dict[str, InstanceRecord
                                     f'after {heard_after[0]:.3f} s')
         holder = rival(own, seen.values())
         if holder is not None or missing:
-            # Said before the teardown below, which runs in rclpy's and the DDS's native code:
-            # once it ended a losing decoder by SIGSEGV before the decoder could say why (CI at
-            # 1133c6e, docs/RELIABILITY.md).
-            message = taken_message(name, holder)
-            claim.get_logger().fatal(message)
-            raise NameTaken(message, logged=True)
+            raise refusal(claim, holder)
         gave_way = f' ({len(seen)} starting later will give way)' if seen else ''
         return own, seen, f'no other decoder named {name} after {waited:.2f} s{gave_way}'
     finally:
@@ -121,8 +122,7 @@ class NameWatch:
                 'instance check: another decoder of this name began serving before this one '
                 'heard it (discovery was slower than both checks); the one that started later '
                 'gives way')
-            raise NameTaken(taken_message(self.node.get_fully_qualified_name(),
-                                          self.serving_rival))
+            raise refusal(self.node, self.serving_rival)
 
     def settle(self, executor) -> None:
         """Take the records that came meanwhile; raise NameTaken or announce serving."""
@@ -134,6 +134,6 @@ class NameWatch:
         holder = rival(self.own, self.seen.values())
         if holder is not None or unrecorded(
                 name, self.node.get_node_names_and_namespaces(), len(self.seen)):
-            raise NameTaken(taken_message(name, holder))
+            raise refusal(self.node, holder)
         self.own = self.own.as_serving()
         self._publisher.publish(String(data=self.own.to_json()))
